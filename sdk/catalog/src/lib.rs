@@ -1,0 +1,100 @@
+//! Every metric family higgsmeter emits, as documented constants, with zero dependencies.
+//!
+//! The SDK (workers), the collector and the tests all build from this one list, so a
+//! metric's name, kind, help text, unit, labels and histogram buckets cannot drift
+//! between the process that records it and the process that exports it. Nothing else
+//! in the workspace spells a metric name as a raw string.
+//!
+//! It is the Rust form of two seeds:
+//! - the Python `higgsmeter` 0.1.1 activity families, [`WORKER_ACTIVITY_TIME`] and
+//!   [`WORKER_CURRENT_STATE`], with the Python package's exact names and help texts;
+//! - a serving engine's metric catalog (`mstar.observability.catalog`): the engine
+//!   families ([`WORKER_FAMILIES`], [`STATUS_FAMILIES`]), [`CONDUCTOR_REQUEST_STATES`],
+//!   [`STATUS_INTERVAL_S`] and [`TRANSFER_API_SERVER`], character for character.
+//!   `model_name` is added by the API server (in higgsmeter: a static label of the
+//!   collector) and is not listed in `labels`.
+//!
+//! # Quick start
+//!
+//! ```
+//! use higgsmeter_catalog::{find, Kind, MSTAR_STEP_SECONDS, WORKER_FAMILIES};
+//!
+//! assert_eq!(MSTAR_STEP_SECONDS.kind, Kind::Histogram);
+//! assert_eq!(MSTAR_STEP_SECONDS.labels, &["component", "graph_walk"]);
+//! assert!(WORKER_FAMILIES.iter().any(|f| f.name == MSTAR_STEP_SECONDS.name));
+//! assert_eq!(find("worker_current_state").map(|f| f.kind), Some(Kind::Gauge));
+//! ```
+//!
+//! `name` is the family's Prometheus exposition name, which is also the OpenTelemetry
+//! instrument name higgsmeter uses (counters keep the `_total` the seeds spell), so an
+//! exporter must not append unit or `_total` suffixes to catalog families.
+//!
+//! Supported Rust version: 1.88 or newer.
+
+#![no_std]
+
+mod activity;
+mod engine;
+
+pub use activity::*;
+pub use engine::*;
+
+/// The kind of instrument a family is recorded with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// A monotonic sum (Prometheus `counter`).
+    Counter,
+    /// A value that goes up and down (Prometheus `gauge`).
+    Gauge,
+    /// An explicit-bucket histogram (Prometheus `histogram`).
+    Histogram,
+}
+
+impl Kind {
+    /// The Prometheus `# TYPE` word: `counter`, `gauge` or `histogram`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One metric family: everything needed to create its instrument and to export it.
+///
+/// The seed's `Family(name, kind, help, labels, buckets=())` plus an OpenTelemetry
+/// `unit` (UCUM, e.g. `s`, `By`, `1`, `{page}`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Family {
+    /// Exposition and instrument name, e.g. `mstar_step_seconds`.
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: Kind,
+    /// One-line help text (Prometheus `# HELP`, OpenTelemetry description).
+    pub help: &'static str,
+    /// OpenTelemetry unit (UCUM).
+    pub unit: &'static str,
+    /// Label (attribute) keys every series of the family carries, in order.
+    pub labels: &'static [&'static str],
+    /// Explicit histogram bucket upper bounds; empty for counters and gauges.
+    pub buckets: &'static [f64],
+}
+
+impl Family {
+    /// Whether `key` is one of this family's labels.
+    pub fn has_label(&self, key: &str) -> bool {
+        self.labels.contains(&key)
+    }
+}
+
+/// Every family of every group in this crate, for lookups by name.
+pub const ALL_FAMILY_GROUPS: &[&[Family]] = &[ACTIVITY_FAMILIES, STATUS_FAMILIES];
+
+/// Looks a family up by its exact name across every group of the catalog.
+pub fn find(name: &str) -> Option<&'static Family> {
+    ALL_FAMILY_GROUPS
+        .iter()
+        .flat_map(|group| group.iter())
+        .find(|family| family.name == name)
+}

@@ -1,0 +1,138 @@
+//! Where a GPU worker's wall-clock time goes, as OpenTelemetry metrics.
+//!
+//! A worker is always in exactly one of seven [`AppState`]s (idle, io, cpu, gpu,
+//! warmup, startup, shutdown), with an operation label. States are `tracing` spans —
+//! [`Tracker::scope`], [`#[track_state]`](track_state), or any span of yours with a
+//! `state` field — and the [`ActivityLayer`] accounts them exactly: over any interval
+//! the seconds exported under `worker_activity_time_seconds_total{state, operation}`
+//! sum to the wall-clock seconds elapsed, across threads, async tasks, panics and
+//! exports taken mid-state. `worker_current_state` carries the state's code. This is
+//! the Rust, OpenTelemetry-native successor of the Python `higgsmeter` package, with
+//! the same metric names, labels and codes.
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! use higgsmeter::{AppState, enable_tracker, state_tracker, track_state};
+//!
+//! #[track_state(AppState::Io)] // operation = "download_data"
+//! fn download_data(url: &str) { /* ... */ }
+//!
+//! # fn run_inference() {}
+//! # fn main() -> Result<(), higgsmeter::Error> {
+//! // OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set, Prometheus when
+//! // HIGGSMETER_PROMETHEUS_ADDR is; flushes and shuts down when dropped.
+//! let _telemetry = higgsmeter::init()?;
+//! enable_tracker(0); // optional: the seed's rank-0-only mode
+//!
+//! state_tracker().set_state(AppState::Idle, "waiting_for_work");
+//! {
+//!     let _gpu = state_tracker().scope(AppState::Gpu, "inference");
+//!     run_inference();
+//! } // back to idle
+//! download_data("s3://bucket/key");
+//! state_tracker().set_state(AppState::Shutdown, "");
+//! state_tracker().finalize();
+//! # Ok(()) }
+//! ```
+//!
+//! Async functions work the same (`#[track_state(AppState::Io)] async fn ...`): the
+//! state covers the body's future from its first poll to its completion or drop, its
+//! awaits included. To cover a future from its creation instead, instrument it with
+//! [`Tracker::span`].
+//!
+//! # Feature flags
+//!
+//! | feature | default | what it adds |
+//! |---|---|---|
+//! | `otlp` | yes | OTLP push over gRPC (tonic) and HTTP/protobuf; implies `sdk` |
+//! | `prometheus` | yes | the in-process Prometheus endpoint; implies `sdk` |
+//! | `sdk` | via the above | [`init()`], [`Telemetry`]: the OpenTelemetry SDK wiring |
+//!
+//! A library that only instruments depends on `higgsmeter` with
+//! `default-features = false`: that pulls `tracing`, `tracing-subscriber`'s registry,
+//! the `opentelemetry` API and the catalog, and nothing of the SDK or the network.
+//!
+//! # Environment variables
+//!
+//! Read by [`init()`]; builder settings win over them.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` | where to push OTLP; OTLP is on when one is set | off |
+//! | `OTEL_EXPORTER_OTLP_PROTOCOL` | `grpc` or `http/protobuf` | `http/protobuf` |
+//! | `OTEL_EXPORTER_OTLP_HEADERS` | `key=value,...` sent with every export | none |
+//! | `OTEL_METRIC_EXPORT_INTERVAL` | push interval, milliseconds | `1000` (the catalog's `STATUS_INTERVAL_S`) |
+//! | `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` | `cumulative`, `delta` or `lowmemory` | `cumulative` |
+//! | `OTEL_SERVICE_NAME` | `service.name` | the executable's name |
+//! | `OTEL_RESOURCE_ATTRIBUTES` | extra resource attributes, `k=v,...` | none |
+//! | `OTEL_SDK_DISABLED` | `true`: track, but export nothing | `false` |
+//! | `HIGGSMETER_PROMETHEUS_ADDR` | serve `/metrics` here, e.g. `127.0.0.1:9464` | off |
+//! | `RANK`, `WORLD_SIZE`, `LOCAL_RANK` | resource attributes `rank`, `world_size`, `local_rank` | unset |
+//! | `RUST_LOG` | what higgsmeter's own log (stderr) shows, e.g. `warn,higgsmeter=info` | `warn` |
+//!
+//! # Supported Rust version
+//!
+//! 1.88 or newer.
+
+mod clock;
+mod error;
+mod intern;
+mod layer;
+mod metrics;
+#[cfg(feature = "otlp")]
+mod otlp;
+#[cfg(feature = "prometheus")]
+mod prom;
+mod span;
+mod state;
+#[cfg(feature = "sdk")]
+mod telemetry;
+mod tracker;
+
+pub use clock::{Clock, ManualClock};
+pub use error::Error;
+pub use intern::{MAX_OPERATIONS, OVERFLOW_OPERATION};
+pub use layer::ActivityLayer;
+pub use metrics::{ActivityInstruments, register_activity_instruments};
+pub use span::{OPERATION_FIELD, STATE_FIELD, STATE_SPAN_TARGET, TRACKER_FIELD};
+pub use state::AppState;
+#[cfg(feature = "sdk")]
+pub use telemetry::{Protocol, Telemetry, TelemetryBuilder, init};
+pub use tracker::{Snapshot, SnapshotEntry, StateScope, Tracker, enable_tracker, state_tracker};
+
+/// The metric catalog (re-exported `higgsmeter-catalog`).
+pub use higgsmeter_catalog as catalog;
+
+/// Marks a function as time spent in a worker state; see the crate docs.
+///
+/// `#[track_state(AppState::Io)]` or `#[track_state(AppState::Io, operation = "s3_get")]`;
+/// the operation defaults to the function's name. Works on sync and async functions.
+#[doc(inline)]
+pub use higgsmeter_macros::track_state;
+
+/// Support for code generated by `#[track_state]`. Not a stable API.
+#[doc(hidden)]
+pub mod __private {
+    pub use tracing::Instrument;
+
+    use crate::{AppState, StateScope, state_tracker};
+
+    /// A scope of the process-wide tracker.
+    #[inline]
+    pub fn state_scope(state: AppState, operation: &str) -> StateScope {
+        state_tracker().scope(state, operation)
+    }
+
+    /// A state span of the process-wide tracker.
+    #[inline]
+    pub fn state_span(state: AppState, operation: &str) -> tracing::Span {
+        state_tracker().span(state, operation)
+    }
+
+    /// Pins a future's output type, so `?` in an instrumented async body infers.
+    #[inline]
+    pub fn with_output<T, F: core::future::Future<Output = T>>(future: F) -> F {
+        future
+    }
+}

@@ -1,0 +1,101 @@
+//! The in-process Prometheus endpoint: `GET /metrics` in text exposition format.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus::{Encoder, TextEncoder};
+use tokio::sync::watch;
+
+use crate::error::Error;
+
+/// The exporter reader and the registry it fills. Catalog names are exposition names
+/// already, so no unit or `_total` suffix is added; scope labels are left out.
+pub(crate) fn reader() -> Result<(opentelemetry_prometheus::PrometheusExporter, prometheus::Registry), Error> {
+    let registry = prometheus::Registry::new();
+    let exporter = opentelemetry_prometheus::exporter()
+        .with_registry(registry.clone())
+        .without_units()
+        .without_counter_suffixes()
+        .scope_info_enabled(false)
+        .build()
+        .map_err(|e| Error::Prometheus(e.to_string()))?;
+    Ok((exporter, registry))
+}
+
+/// A running endpoint; [`stop`](PromServer::stop) or the runtime's shutdown ends it.
+#[derive(Debug)]
+pub(crate) struct PromServer {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+impl PromServer {
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub(crate) fn stop(self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Binds `addr` now (so a taken port is an error from `init()`), then serves on `rt`.
+pub(crate) fn serve(rt: &tokio::runtime::Runtime, addr: SocketAddr, registry: prometheus::Registry) -> Result<PromServer, Error> {
+    let std_listener = std::net::TcpListener::bind(addr).map_err(|source| Error::PrometheusBind { addr, source })?;
+    let local = std_listener.local_addr().map_err(|source| Error::PrometheusBind { addr, source })?;
+    std_listener.set_nonblocking(true).map_err(|source| Error::PrometheusBind { addr, source })?;
+    let listener = {
+        let _entered = rt.enter();
+        tokio::net::TcpListener::from_std(std_listener).map_err(|source| Error::PrometheusBind { addr, source })?
+    };
+    let (stop, mut stopped) = watch::channel(false);
+    rt.spawn(async move {
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = stopped.changed() => break,
+            };
+            let Ok((stream, _)) = accepted else { continue };
+            let registry = registry.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| handle(req, registry.clone()));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(PromServer { addr: local, stop })
+}
+
+async fn handle(req: Request<Incoming>, registry: prometheus::Registry) -> Result<Response<Full<Bytes>>, Infallible> {
+    let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
+        let mut resp = Response::new(Full::new(Bytes::from(body)));
+        *resp.status_mut() = status;
+        if let Ok(v) = content_type.parse() {
+            resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        }
+        Ok(resp)
+    };
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", b"only GET /metrics\n".to_vec());
+    }
+    if req.uri().path() != "/metrics" {
+        return reply(StatusCode::NOT_FOUND, "text/plain", b"metrics are at /metrics\n".to_vec());
+    }
+    // Gathering reads the tracker (a short lock), so it runs off the accept loop.
+    let gathered = tokio::task::spawn_blocking(move || {
+        let mut buf = Vec::with_capacity(4096);
+        TextEncoder::new().encode(&registry.gather(), &mut buf).map(|()| buf)
+    })
+    .await;
+    match gathered {
+        Ok(Ok(body)) => reply(StatusCode::OK, prometheus::TEXT_FORMAT, body),
+        Ok(Err(e)) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("encoding failed: {e}\n").into_bytes()),
+        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("gather failed: {e}\n").into_bytes()),
+    }
+}

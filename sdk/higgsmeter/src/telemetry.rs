@@ -1,0 +1,689 @@
+//! `init()`: the OpenTelemetry wiring of a worker, behind one guard.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use opentelemetry::KeyValue;
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::resource::EnvResourceDetector;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::Layer as _;
+
+use higgsmeter_catalog::STATUS_INTERVAL_S;
+
+use crate::error::Error;
+use crate::layer::ActivityLayer;
+use crate::metrics::{ActivityInstruments, register_activity_instruments};
+use crate::tracker::{Tracker, state_tracker};
+
+/// The environment variable naming the in-process Prometheus endpoint's address.
+pub(crate) const PROMETHEUS_ADDR_ENV: &str = "HIGGSMETER_PROMETHEUS_ADDR";
+
+/// The OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Protocol {
+    /// OTLP/gRPC (tonic), usually port 4317.
+    Grpc,
+    /// OTLP/HTTP with binary protobuf bodies, usually port 4318 (`/v1/metrics`).
+    HttpProtobuf,
+}
+
+impl Protocol {
+    fn parse(value: &str) -> Result<Protocol, Error> {
+        match value.trim() {
+            "grpc" => Ok(Protocol::Grpc),
+            "http/protobuf" => Ok(Protocol::HttpProtobuf),
+            other => Err(Error::InvalidSetting {
+                name: "OTEL_EXPORTER_OTLP_PROTOCOL",
+                value: other.to_owned(),
+                reason: "expected `grpc` or `http/protobuf`",
+            }),
+        }
+    }
+}
+
+type AddReader = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
+
+/// Configures and starts higgsmeter's OpenTelemetry pipeline; see [`init()`].
+///
+/// ```no_run
+/// use std::time::Duration;
+/// # fn main() -> Result<(), higgsmeter::Error> {
+/// let _telemetry = higgsmeter::Telemetry::builder()
+///     .with_service_name("embedder")
+///     .with_otlp_endpoint("http://127.0.0.1:4317")
+///     .with_otlp_protocol(higgsmeter::Protocol::Grpc)
+///     .with_export_interval(Duration::from_secs(1))
+///     .with_prometheus_addr("127.0.0.1:9464".parse().unwrap())
+///     .init()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "call .init() to start exporting"]
+pub struct TelemetryBuilder {
+    tracker: Tracker,
+    service_name: Option<String>,
+    attributes: Vec<KeyValue>,
+    otlp_endpoint: Option<String>,
+    otlp_protocol: Option<Protocol>,
+    otlp_headers: HashMap<String, String>,
+    export_interval: Option<Duration>,
+    temporality: Option<Temporality>,
+    prometheus_addr: Option<SocketAddr>,
+    read_env: bool,
+    install_subscriber: bool,
+    log_to_stderr: bool,
+    set_global_meter_provider: bool,
+    extra_readers: Vec<AddReader>,
+}
+
+impl fmt::Debug for TelemetryBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TelemetryBuilder")
+            .field("service_name", &self.service_name)
+            .field("otlp_endpoint", &self.otlp_endpoint)
+            .field("otlp_protocol", &self.otlp_protocol)
+            .field("export_interval", &self.export_interval)
+            .field("prometheus_addr", &self.prometheus_addr)
+            .field("install_subscriber", &self.install_subscriber)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for TelemetryBuilder {
+    fn default() -> Self {
+        TelemetryBuilder {
+            tracker: state_tracker().clone(),
+            service_name: None,
+            attributes: Vec::new(),
+            otlp_endpoint: None,
+            otlp_protocol: None,
+            otlp_headers: HashMap::new(),
+            export_interval: None,
+            temporality: None,
+            prometheus_addr: None,
+            read_env: true,
+            install_subscriber: true,
+            log_to_stderr: true,
+            set_global_meter_provider: true,
+            extra_readers: Vec::new(),
+        }
+    }
+}
+
+impl TelemetryBuilder {
+    /// Accounts this tracker instead of the process-wide [`state_tracker()`].
+    pub fn with_tracker(mut self, tracker: Tracker) -> Self {
+        self.tracker = tracker;
+        self
+    }
+
+    /// `service.name` (else `OTEL_SERVICE_NAME`, else the executable's name).
+    pub fn with_service_name(mut self, name: impl Into<String>) -> Self {
+        self.service_name = Some(name.into());
+        self
+    }
+
+    /// Adds a resource attribute (wins over `OTEL_RESOURCE_ATTRIBUTES` and the defaults).
+    pub fn with_resource_attribute(mut self, key: &'static str, value: impl Into<opentelemetry::Value>) -> Self {
+        self.attributes.push(KeyValue::new(key, value));
+        self
+    }
+
+    /// Pushes OTLP to this endpoint: the base URL (`http://host:4317` for gRPC,
+    /// `http://host:4318` for HTTP, where `/v1/metrics` is appended).
+    pub fn with_otlp_endpoint(mut self, endpoint: impl Into<String>) -> Self {
+        self.otlp_endpoint = Some(endpoint.into());
+        self
+    }
+
+    /// The OTLP transport (else `OTEL_EXPORTER_OTLP_PROTOCOL`, else HTTP/protobuf).
+    pub fn with_otlp_protocol(mut self, protocol: Protocol) -> Self {
+        self.otlp_protocol = Some(protocol);
+        self
+    }
+
+    /// Adds a header (gRPC metadata) to every OTLP export.
+    pub fn with_otlp_header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.otlp_headers.insert(key.into(), value.into());
+        self
+    }
+
+    /// How often to push (else `OTEL_METRIC_EXPORT_INTERVAL`, else 1 s).
+    pub fn with_export_interval(mut self, interval: Duration) -> Self {
+        self.export_interval = Some(interval);
+        self
+    }
+
+    /// OTLP temporality (else `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`, else cumulative).
+    pub fn with_temporality(mut self, temporality: Temporality) -> Self {
+        self.temporality = Some(temporality);
+        self
+    }
+
+    /// Serves Prometheus text exposition on `http://ADDR/metrics` (else
+    /// `HIGGSMETER_PROMETHEUS_ADDR`; off when neither is set).
+    pub fn with_prometheus_addr(mut self, addr: SocketAddr) -> Self {
+        self.prometheus_addr = Some(addr);
+        self
+    }
+
+    /// Whether to read the `OTEL_*` and `HIGGSMETER_*` variables (default true).
+    pub fn with_env(mut self, read_env: bool) -> Self {
+        self.read_env = read_env;
+        self
+    }
+
+    /// Whether `init()` installs a global `tracing` subscriber with the activity layer
+    /// (default true). With `false`, add [`Telemetry::activity_layer`] to your own.
+    pub fn with_subscriber(mut self, install: bool) -> Self {
+        self.install_subscriber = install;
+        self
+    }
+
+    /// Whether the installed subscriber also prints log events to stderr, filtered by
+    /// `RUST_LOG` (default `warn`). Default true.
+    pub fn with_log_to_stderr(mut self, log: bool) -> Self {
+        self.log_to_stderr = log;
+        self
+    }
+
+    /// Whether to make the meter provider `opentelemetry::global`'s (default true), so
+    /// recorders and your own instruments export through the same pipeline.
+    pub fn with_global_meter_provider(mut self, set: bool) -> Self {
+        self.set_global_meter_provider = set;
+        self
+    }
+
+    /// Adds an exporter of your own, pushed every `interval` (e.g. an in-memory
+    /// exporter in tests).
+    pub fn with_periodic_exporter<E: PushMetricExporter>(mut self, exporter: E, interval: Duration) -> Self {
+        self.extra_readers.push(Box::new(move |builder: MeterProviderBuilder| {
+            builder.with_reader(PeriodicReader::builder(exporter).with_interval(interval).build())
+        }));
+        self
+    }
+
+    /// Builds the pipeline and starts exporting; see [`init()`].
+    pub fn init(self) -> Result<Telemetry, Error> {
+        let settings = Settings::resolve(&self)?;
+        let tracker = self.tracker.clone();
+
+        if settings.disabled {
+            let subscriber_installed = self.install_subscriber && install_subscriber(&tracker, self.log_to_stderr)?;
+            return Ok(Telemetry { tracker, provider: None, instruments: None, runtime: None, prometheus: None, subscriber_installed });
+        }
+
+        let needs_runtime = settings.otlp.is_some() || settings.prometheus_addr.is_some();
+        let runtime = if needs_runtime {
+            Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("higgsmeter-export")
+                    .enable_all()
+                    .build()
+                    .map_err(Error::Runtime)?,
+            )
+        } else {
+            None
+        };
+
+        // Built on a thread of its own: exporter clients must not be created (or
+        // dropped) inside the caller's async runtime, if it has one.
+        let handle = runtime.as_ref().map(|rt| rt.handle().clone());
+        let resource = settings.resource.clone();
+        let otlp = settings.otlp.clone();
+        let extra_readers = self.extra_readers;
+        let prometheus_addr = settings.prometheus_addr;
+        let built = std::thread::Builder::new()
+            .name("higgsmeter-init".into())
+            .spawn(move || build_provider(resource, otlp, extra_readers, prometheus_addr, handle))
+            .map_err(Error::Runtime)?
+            .join()
+            .unwrap_or_else(|_| Err(Error::Runtime(std::io::Error::other("provider build panicked"))))?;
+        let (provider, prometheus_registry) = built;
+
+        let meter = provider.meter("higgsmeter");
+        let instruments = register_activity_instruments(&meter, tracker.clone());
+        if self.set_global_meter_provider {
+            opentelemetry::global::set_meter_provider(provider.clone());
+        }
+
+        #[cfg(feature = "prometheus")]
+        let prometheus = match (prometheus_addr, prometheus_registry, runtime.as_ref()) {
+            (Some(addr), Some(registry), Some(rt)) => Some(crate::prom::serve(rt, addr, registry)?),
+            _ => None,
+        };
+        #[cfg(not(feature = "prometheus"))]
+        let prometheus: Option<PromHandle> = {
+            let _ = prometheus_registry;
+            None
+        };
+
+        let subscriber_installed = self.install_subscriber && install_subscriber(&tracker, self.log_to_stderr)?;
+        Ok(Telemetry {
+            tracker,
+            provider: Some(provider),
+            instruments: Some(instruments),
+            runtime,
+            prometheus,
+            subscriber_installed,
+        })
+    }
+}
+
+#[cfg(feature = "prometheus")]
+type PromHandle = crate::prom::PromServer;
+#[cfg(not(feature = "prometheus"))]
+type PromHandle = ();
+#[cfg(feature = "prometheus")]
+type PromRegistry = prometheus::Registry;
+#[cfg(not(feature = "prometheus"))]
+type PromRegistry = ();
+
+fn install_subscriber(tracker: &Tracker, log_to_stderr: bool) -> Result<bool, Error> {
+    let fmt_layer = log_to_stderr.then(|| {
+        let filter = std::env::var("RUST_LOG")
+            .ok()
+            .and_then(|v| v.parse::<Targets>().ok())
+            .unwrap_or_else(|| Targets::new().with_default(tracing::Level::WARN));
+        tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter)
+    });
+    let subscriber = tracing_subscriber::registry()
+        .with(fmt_layer)
+        .with(ActivityLayer::new(tracker.clone()));
+    tracing::subscriber::set_global_default(subscriber).map_err(|_| Error::SubscriberAlreadySet)?;
+    Ok(true)
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct OtlpSettings {
+    pub(crate) endpoint: Option<String>,
+    pub(crate) protocol: Protocol,
+    pub(crate) headers: HashMap<String, String>,
+    pub(crate) interval: Duration,
+    pub(crate) temporality: Option<Temporality>,
+}
+
+struct Settings {
+    disabled: bool,
+    resource: Resource,
+    otlp: Option<OtlpSettings>,
+    prometheus_addr: Option<SocketAddr>,
+}
+
+fn env(read: bool, name: &str) -> Option<String> {
+    if !read {
+        return None;
+    }
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl Settings {
+    fn resolve(b: &TelemetryBuilder) -> Result<Settings, Error> {
+        let read = b.read_env;
+        let disabled = env(read, "OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+
+        let endpoint_set = b.otlp_endpoint.is_some()
+            || env(read, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some()
+            || env(read, "OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
+        let otlp = if endpoint_set {
+            let protocol = match (b.otlp_protocol, env(read, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
+                .or_else(|| env(read, "OTEL_EXPORTER_OTLP_PROTOCOL")))
+            {
+                (Some(p), _) => p,
+                (None, Some(v)) => Protocol::parse(&v)?,
+                (None, None) => Protocol::HttpProtobuf,
+            };
+            let interval = match (b.export_interval, env(read, "OTEL_METRIC_EXPORT_INTERVAL")) {
+                (Some(i), _) => i,
+                (None, Some(v)) => match v.trim().parse::<u64>() {
+                    Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                    _ => {
+                        return Err(Error::InvalidSetting {
+                            name: "OTEL_METRIC_EXPORT_INTERVAL",
+                            value: v,
+                            reason: "expected a positive number of milliseconds",
+                        });
+                    }
+                },
+                (None, None) => Duration::from_secs_f64(STATUS_INTERVAL_S),
+            };
+            let temporality = match (b.temporality, env(read, "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE")) {
+                (Some(t), _) => Some(t),
+                (None, Some(v)) => Some(match v.trim().to_ascii_lowercase().as_str() {
+                    "cumulative" => Temporality::Cumulative,
+                    "delta" => Temporality::Delta,
+                    "lowmemory" => Temporality::LowMemory,
+                    _ => {
+                        return Err(Error::InvalidSetting {
+                            name: "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+                            value: v,
+                            reason: "expected `cumulative`, `delta` or `lowmemory`",
+                        });
+                    }
+                }),
+                (None, None) => None,
+            };
+            let endpoint = b.otlp_endpoint.as_ref().map(|e| match protocol {
+                Protocol::HttpProtobuf => http_metrics_url(e),
+                Protocol::Grpc => e.clone(),
+            });
+            Some(OtlpSettings { endpoint, protocol, headers: b.otlp_headers.clone(), interval, temporality })
+        } else {
+            None
+        };
+
+        let prometheus_addr = match (b.prometheus_addr, env(read, PROMETHEUS_ADDR_ENV)) {
+            (Some(a), _) => Some(a),
+            (None, Some(v)) => Some(v.trim().parse::<SocketAddr>().map_err(|_| Error::InvalidSetting {
+                name: "HIGGSMETER_PROMETHEUS_ADDR",
+                value: v.clone(),
+                reason: "expected IP:PORT, e.g. 127.0.0.1:9464",
+            })?),
+            (None, None) => None,
+        };
+        #[cfg(not(feature = "prometheus"))]
+        if prometheus_addr.is_some() {
+            return Err(Error::InvalidSetting {
+                name: "HIGGSMETER_PROMETHEUS_ADDR",
+                value: format!("{prometheus_addr:?}"),
+                reason: "this build has no Prometheus endpoint: enable higgsmeter's `prometheus` feature",
+            });
+        }
+        #[cfg(not(feature = "otlp"))]
+        if otlp.is_some() {
+            return Err(Error::InvalidSetting {
+                name: "OTEL_EXPORTER_OTLP_ENDPOINT",
+                value: String::new(),
+                reason: "this build has no OTLP exporter: enable higgsmeter's `otlp` feature",
+            });
+        }
+
+        Ok(Settings { disabled, resource: resource(b, read)?, otlp, prometheus_addr })
+    }
+}
+
+/// `http://host:4318` → `http://host:4318/v1/metrics`; a URL with a path is kept.
+fn http_metrics_url(base: &str) -> String {
+    let trimmed = base.trim_end_matches('/');
+    let after_scheme = trimmed.split_once("://").map_or(trimmed, |(_, rest)| rest);
+    if after_scheme.contains('/') { trimmed.to_owned() } else { format!("{trimmed}/v1/metrics") }
+}
+
+fn resource(b: &TelemetryBuilder, read: bool) -> Result<Resource, Error> {
+    let mut defaults = vec![
+        KeyValue::new("service.instance.id", instance_id()),
+        KeyValue::new("host.name", host_name()),
+        KeyValue::new("process.pid", i64::from(std::process::id())),
+        KeyValue::new("telemetry.sdk.name", "higgsmeter"),
+        KeyValue::new("telemetry.sdk.language", "rust"),
+        KeyValue::new("telemetry.sdk.version", env!("CARGO_PKG_VERSION")),
+    ];
+    for (var, key) in [("RANK", "rank"), ("WORLD_SIZE", "world_size"), ("LOCAL_RANK", "local_rank")] {
+        if let Some(v) = env(read, var) {
+            let n = v.trim().parse::<i64>().map_err(|_| Error::InvalidSetting {
+                name: match var {
+                    "RANK" => "RANK",
+                    "WORLD_SIZE" => "WORLD_SIZE",
+                    _ => "LOCAL_RANK",
+                },
+                value: v.clone(),
+                reason: "expected a whole number",
+            })?;
+            defaults.push(KeyValue::new(key, n));
+        }
+    }
+    let mut builder = Resource::builder_empty().with_attributes(defaults);
+    if read {
+        builder = builder.with_detector(Box::new(EnvResourceDetector::new()));
+    }
+    let from_env = builder.build();
+    let service_name = b
+        .service_name
+        .clone()
+        .or_else(|| env(read, "OTEL_SERVICE_NAME"))
+        .or_else(|| from_env.get(&opentelemetry::Key::from_static_str("service.name")).map(|v| v.to_string()))
+        .unwrap_or_else(exe_name);
+    Ok(Resource::builder_empty()
+        .with_attributes(from_env.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())))
+        .with_attributes(b.attributes.iter().cloned())
+        .with_service_name(service_name)
+        .build())
+}
+
+fn exe_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "unknown_service".to_owned())
+}
+
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// A random (version 4) UUID for `service.instance.id`.
+fn instance_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let seed = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let mut words = [0u64; 2];
+    for (i, w) in words.iter_mut().enumerate() {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(seed);
+        h.write_u32(std::process::id());
+        h.write_usize(i);
+        *w = h.finish();
+    }
+    let hi = (words[0] & 0xffff_ffff_ffff_0fff) | 0x0000_0000_0000_4000;
+    let lo = (words[1] & 0x3fff_ffff_ffff_ffff) | 0x8000_0000_0000_0000;
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        hi >> 32,
+        (hi >> 16) & 0xffff,
+        hi & 0xffff,
+        lo >> 48,
+        lo & 0xffff_ffff_ffff
+    )
+}
+
+fn build_provider(
+    resource: Resource,
+    otlp: Option<OtlpSettings>,
+    extra_readers: Vec<AddReader>,
+    prometheus_addr: Option<SocketAddr>,
+    handle: Option<tokio::runtime::Handle>,
+) -> Result<(SdkMeterProvider, Option<PromRegistry>), Error> {
+    let _entered = handle.as_ref().map(|h| h.enter());
+    let mut builder = SdkMeterProvider::builder().with_resource(resource);
+    for add in extra_readers {
+        builder = add(builder);
+    }
+    #[cfg(feature = "otlp")]
+    if let Some(otlp) = otlp {
+        builder = builder.with_reader(crate::otlp::reader(&otlp)?);
+    }
+    #[cfg(not(feature = "otlp"))]
+    let _ = otlp;
+    #[cfg(feature = "prometheus")]
+    let registry = match prometheus_addr {
+        Some(_) => {
+            let (reader, registry) = crate::prom::reader()?;
+            builder = builder.with_reader(reader);
+            Some(registry)
+        }
+        None => None,
+    };
+    #[cfg(not(feature = "prometheus"))]
+    let registry = {
+        let _ = prometheus_addr;
+        None
+    };
+    Ok((builder.build(), registry))
+}
+
+/// The running pipeline: flushes (the current state's time included) and shuts every
+/// exporter down when dropped.
+///
+/// Returned by [`init()`] and [`TelemetryBuilder::init`]. Keep it alive for the life of
+/// the worker, e.g. `let _telemetry = higgsmeter::init()?;` at the top of `main`.
+#[must_use = "exporting stops when the Telemetry guard drops; bind it with `let _telemetry = ...`"]
+pub struct Telemetry {
+    tracker: Tracker,
+    provider: Option<SdkMeterProvider>,
+    instruments: Option<ActivityInstruments>,
+    runtime: Option<tokio::runtime::Runtime>,
+    prometheus: Option<PromHandle>,
+    subscriber_installed: bool,
+}
+
+impl fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Telemetry")
+            .field("exporting", &self.provider.is_some())
+            .field("prometheus_addr", &self.prometheus_addr())
+            .field("subscriber_installed", &self.subscriber_installed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Telemetry {
+    /// A builder, for settings beyond the environment's.
+    pub fn builder() -> TelemetryBuilder {
+        TelemetryBuilder::default()
+    }
+
+    /// The tracker this pipeline exports.
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    /// The meter provider, to create your own instruments (`None` when
+    /// `OTEL_SDK_DISABLED=true`).
+    pub fn meter_provider(&self) -> Option<&SdkMeterProvider> {
+        self.provider.as_ref()
+    }
+
+    /// The activity layer for this pipeline's tracker, to add to a subscriber of your
+    /// own (with `with_subscriber(false)`).
+    pub fn activity_layer<S>(&self) -> ActivityLayer<S>
+    where
+        S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    {
+        ActivityLayer::new(self.tracker.clone())
+    }
+
+    /// Where the Prometheus endpoint listens, if it is on (the bound address: useful
+    /// with port 0).
+    pub fn prometheus_addr(&self) -> Option<SocketAddr> {
+        #[cfg(feature = "prometheus")]
+        {
+            self.prometheus.as_ref().map(|p| p.local_addr())
+        }
+        #[cfg(not(feature = "prometheus"))]
+        {
+            None
+        }
+    }
+
+    /// Exports now, to every push exporter, blocking until done (at most the exporters'
+    /// timeouts). Errors are logged, never returned: tracking never fails.
+    pub fn force_flush(&self) {
+        if let Some(provider) = &self.provider {
+            let provider = provider.clone();
+            let done = std::thread::Builder::new()
+                .name("higgsmeter-flush".into())
+                .spawn(move || provider.force_flush());
+            match done.map(|h| h.join()) {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::warn!(target: "higgsmeter", error = %e, "metric flush failed"),
+                _ => tracing::warn!(target: "higgsmeter", "metric flush thread failed"),
+            }
+        }
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        self.tracker.finalize();
+        #[cfg(feature = "prometheus")]
+        if let Some(prom) = self.prometheus.take() {
+            prom.stop();
+        }
+        let instruments = self.instruments.take();
+        if let Some(provider) = self.provider.take() {
+            // Shut down off the caller's thread: exporter clients must not be dropped
+            // inside an async runtime, and the final export needs our runtime running.
+            let shutdown = std::thread::Builder::new().name("higgsmeter-shutdown".into()).spawn(move || {
+                let flushed = provider.force_flush();
+                let shut = provider.shutdown();
+                drop(instruments);
+                drop(provider);
+                (flushed, shut)
+            });
+            match shutdown.map(|h| h.join()) {
+                Ok(Ok((Ok(()), Ok(())))) => {}
+                Ok(Ok((flushed, shut))) => {
+                    tracing::warn!(target: "higgsmeter", ?flushed, ?shut, "final metric export failed")
+                }
+                _ => tracing::warn!(target: "higgsmeter", "metric shutdown thread failed"),
+            }
+        }
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Starts higgsmeter with settings from the environment: the resource (service name,
+/// instance id, host, rank), a meter provider exporting the activity families through
+/// OTLP (when `OTEL_EXPORTER_OTLP_ENDPOINT` is set) and a Prometheus endpoint (when
+/// `HIGGSMETER_PROMETHEUS_ADDR` is set), and a global `tracing` subscriber with the
+/// [`ActivityLayer`] for the process-wide tracker.
+///
+/// Works from a plain `fn main` and inside a tokio runtime: exporters run on a
+/// background thread of their own, never on the caller's. Keep the returned guard
+/// alive; dropping it flushes and shuts down. `Telemetry::builder()` takes settings
+/// beyond the environment's.
+pub fn init() -> Result<Telemetry, Error> {
+    Telemetry::builder().init()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_endpoints_get_the_metrics_path_once() {
+        assert_eq!(http_metrics_url("http://127.0.0.1:4318"), "http://127.0.0.1:4318/v1/metrics");
+        assert_eq!(http_metrics_url("http://127.0.0.1:4318/"), "http://127.0.0.1:4318/v1/metrics");
+        assert_eq!(http_metrics_url("http://h:4318/custom/path"), "http://h:4318/custom/path");
+    }
+
+    #[test]
+    fn instance_ids_are_uuid_v4_and_differ() {
+        let a = instance_id();
+        let b = instance_id();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+    }
+
+    #[test]
+    fn bad_protocol_is_a_clear_error() {
+        let err = Protocol::parse("http/json").unwrap_err().to_string();
+        assert!(err.contains("grpc") && err.contains("http/protobuf"), "{err}");
+    }
+}

@@ -1,0 +1,433 @@
+//! One worker's exclusive state timeline and its exact time accounting.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::intern::{self, OpId};
+use crate::span;
+use crate::state::AppState;
+
+/// A (state, operation) pair: what the timeline is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Key {
+    pub(crate) state: AppState,
+    pub(crate) op: OpId,
+}
+
+/// An open state scope, identified by its span.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    span: u64,
+    key: Key,
+}
+
+/// The mutable part of a tracker. Every method is short, allocation-free once the
+/// operation table has grown to the worker's set of operations, and cannot panic.
+#[derive(Debug)]
+struct Timeline {
+    /// What `set_state` chose with no scope open.
+    base: Key,
+    /// Open scopes, oldest first; the last one is current.
+    frames: Vec<Frame>,
+    /// Clock reading when time was last committed.
+    since: u64,
+    /// Committed nanoseconds, indexed by operation id, then by state.
+    totals: Vec<[u64; 7]>,
+    /// Which states each operation has been in (bit per state), so a series exists
+    /// from its first visit even when no clock tick has passed yet.
+    seen: Vec<u8>,
+}
+
+impl Timeline {
+    fn current(&self) -> Key {
+        self.frames.last().map_or(self.base, |f| f.key)
+    }
+
+    /// Adds the time since the last commit to the current key and marks it seen.
+    fn commit(&mut self, now: u64) {
+        let key = self.current();
+        let elapsed = now.saturating_sub(self.since);
+        self.since = self.since.max(now);
+        let idx = key.op.index();
+        if idx >= self.totals.len() {
+            self.totals.resize(idx + 1, [0; 7]);
+            self.seen.resize(idx + 1, 0);
+        }
+        self.totals[idx][key.state.index()] += elapsed;
+        self.seen[idx] |= 1 << key.state.index();
+    }
+
+    fn mark_seen(&mut self, key: Key) {
+        let idx = key.op.index();
+        if idx >= self.totals.len() {
+            self.totals.resize(idx + 1, [0; 7]);
+            self.seen.resize(idx + 1, 0);
+        }
+        self.seen[idx] |= 1 << key.state.index();
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    id: u64,
+    enabled: AtomicBool,
+    clock: Clock,
+    /// Clock reading at creation: the start of the timeline.
+    origin: u64,
+    /// Mirror of the current state's code, for lock-free readers (gauges, samplers).
+    current_code: AtomicU8,
+    timeline: Mutex<Timeline>,
+}
+
+/// One worker's timeline: at every instant in exactly one (state, operation).
+///
+/// A tracker starts in `startup` with operation `""`. The current (state, operation)
+/// is that of the most recently opened state scope still open, or, with none open, the
+/// base set by [`set_state`](Tracker::set_state). Time is committed at every transition
+/// and read live: a [`snapshot`](Tracker::snapshot) (and so every export) includes the
+/// time spent so far in the current state, and the per-(state, operation) totals always
+/// sum to the time elapsed since the tracker was made.
+///
+/// Cloning is cheap and clones share the timeline. The process-wide tracker is
+/// [`state_tracker()`]; make your own for tests or for several timelines in one process,
+/// and account its spans with its own [`ActivityLayer`](crate::ActivityLayer).
+#[derive(Debug, Clone)]
+pub struct Tracker {
+    inner: Arc<Inner>,
+}
+
+impl Default for Tracker {
+    fn default() -> Self {
+        Tracker::new()
+    }
+}
+
+impl Tracker {
+    /// A new, enabled tracker on the monotonic clock, in `startup`.
+    pub fn new() -> Tracker {
+        Tracker::with_clock(Clock::monotonic())
+    }
+
+    /// A new, enabled tracker reading time from `clock` (e.g. a [`ManualClock`](crate::ManualClock)).
+    pub fn with_clock(clock: impl Into<Clock>) -> Tracker {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let clock = clock.into();
+        let origin = clock.now_nanos();
+        let base = Key { state: AppState::Startup, op: OpId::NONE };
+        let mut timeline = Timeline {
+            base,
+            frames: Vec::with_capacity(16),
+            since: origin,
+            totals: Vec::with_capacity(16),
+            seen: Vec::with_capacity(16),
+        };
+        timeline.mark_seen(base);
+        Tracker {
+            inner: Arc::new(Inner {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                enabled: AtomicBool::new(true),
+                clock,
+                origin,
+                current_code: AtomicU8::new(AppState::Startup.code()),
+                timeline: Mutex::new(timeline),
+            }),
+        }
+    }
+
+    /// This tracker's identity, carried by its state spans so a layer accounts only its own.
+    pub(crate) fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Whether tracking is on. When off, scopes and `set_state` do nothing and
+    /// exporters report no activity series.
+    #[inline]
+    pub fn is_enabled(&self) -> bool {
+        self.inner.enabled.load(Ordering::Relaxed)
+    }
+
+    /// Turns tracking on or off (see [`enable_tracker`] for the seed's rank-0 mode).
+    pub fn set_enabled(&self, enabled: bool) {
+        self.inner.enabled.store(enabled, Ordering::Relaxed);
+    }
+
+    /// Switches the current state: with no scope open, the base state; inside scopes,
+    /// the frame of the most recently opened one (restored to what is beneath it when
+    /// that scope closes).
+    pub fn set_state(&self, state: AppState, operation: &str) {
+        if !self.is_enabled() {
+            return;
+        }
+        let key = Key { state, op: intern::intern(operation) };
+        let mut t = self.lock();
+        let now = self.inner.clock.now_nanos();
+        t.commit(now);
+        match t.frames.last_mut() {
+            Some(frame) => frame.key = key,
+            None => t.base = key,
+        }
+        t.mark_seen(key);
+        self.publish(&t);
+    }
+
+    /// Enters `state` until the returned guard drops, then reverts to whatever is then
+    /// current beneath it. The scope is a `tracing` span (target
+    /// [`STATE_SPAN_TARGET`](crate::STATE_SPAN_TARGET), fields `state` and `operation`),
+    /// accounted by this tracker's [`ActivityLayer`](crate::ActivityLayer).
+    ///
+    /// ```
+    /// # use higgsmeter::{AppState, state_tracker};
+    /// # fn run_inference() {}
+    /// {
+    ///     let _gpu = state_tracker().scope(AppState::Gpu, "inference");
+    ///     run_inference();
+    /// } // back to the previous state
+    /// ```
+    #[inline]
+    #[must_use = "the scope ends when this guard drops; bind it with `let _scope = ...`"]
+    pub fn scope(&self, state: AppState, operation: &str) -> StateScope {
+        if !self.is_enabled() {
+            return StateScope { span: tracing::Span::none() };
+        }
+        StateScope { span: span::state_span(self.id(), state, operation) }
+    }
+
+    /// The span of a state scope, to `instrument` a future with or to enter by hand;
+    /// disabled (a no-op span) when the tracker is off.
+    pub fn span(&self, state: AppState, operation: &str) -> tracing::Span {
+        if !self.is_enabled() {
+            return tracing::Span::none();
+        }
+        span::state_span(self.id(), state, operation)
+    }
+
+    /// The current state (lock-free).
+    #[inline]
+    pub fn current_state(&self) -> AppState {
+        AppState::from_code(u64::from(self.inner.current_code.load(Ordering::Relaxed)))
+            .unwrap_or(AppState::Startup)
+    }
+
+    /// The current (state, operation).
+    pub fn current(&self) -> (AppState, Arc<str>) {
+        let key = self.lock().current();
+        (key.state, intern::name(key.op))
+    }
+
+    /// Commits the time spent so far. The Python tracker's `finalize()`: call it once the
+    /// worker is done (typically after `set_state(AppState::Shutdown, "")`); exports
+    /// already include live time, and the [`Telemetry`](crate::Telemetry) guard flushes
+    /// the final totals when it drops.
+    pub fn finalize(&self) {
+        if !self.is_enabled() {
+            return;
+        }
+        let mut t = self.lock();
+        let now = self.inner.clock.now_nanos();
+        t.commit(now);
+    }
+
+    /// Every (state, operation) with its time so far, the current state's live part included.
+    pub fn snapshot(&self) -> Snapshot {
+        let t = self.lock();
+        let now = self.inner.clock.now_nanos();
+        let current = t.current();
+        let live = now.saturating_sub(t.since);
+        let mut entries = Vec::new();
+        for (idx, (row, seen)) in t.totals.iter().zip(&t.seen).enumerate() {
+            if *seen == 0 {
+                continue;
+            }
+            let op = OpId(u32::try_from(idx).unwrap_or(0));
+            let name = intern::name(op);
+            for state in AppState::ALL {
+                if seen & (1 << state.index()) == 0 {
+                    continue;
+                }
+                let mut nanos = row[state.index()];
+                if current.state == state && current.op == op {
+                    nanos += live;
+                }
+                entries.push(SnapshotEntry { state, operation: name.clone(), nanos });
+            }
+        }
+        Snapshot {
+            entries,
+            current: (current.state, intern::name(current.op)),
+            elapsed_nanos: now.saturating_sub(self.inner.origin),
+        }
+    }
+
+    // ---- driven by the activity layer ----
+
+    /// A state span opened.
+    pub(crate) fn open(&self, span: u64, key: Key) {
+        let mut t = self.lock();
+        let now = self.inner.clock.now_nanos();
+        t.commit(now);
+        t.frames.push(Frame { span, key });
+        t.mark_seen(key);
+        self.publish(&t);
+    }
+
+    /// A state span recorded a new state and/or operation after its creation. A span
+    /// created with `state = Empty` opens here; `default_op` names it when no operation
+    /// was ever given.
+    pub(crate) fn record(
+        &self,
+        span: u64,
+        state: Option<AppState>,
+        op: Option<OpId>,
+        default_op: impl FnOnce() -> OpId,
+    ) {
+        let mut t = self.lock();
+        let Some(pos) = t.frames.iter().rposition(|f| f.span == span) else {
+            let Some(state) = state else { return };
+            let key = Key { state, op: op.unwrap_or_else(default_op) };
+            let now = self.inner.clock.now_nanos();
+            t.commit(now);
+            t.frames.push(Frame { span, key });
+            t.mark_seen(key);
+            return self.publish(&t);
+        };
+        if pos + 1 == t.frames.len() {
+            let now = self.inner.clock.now_nanos();
+            t.commit(now);
+        }
+        let frame = &mut t.frames[pos];
+        let key = Key { state: state.unwrap_or(frame.key.state), op: op.unwrap_or(frame.key.op) };
+        frame.key = key;
+        t.mark_seen(key);
+        self.publish(&t);
+    }
+
+    /// A state span closed. Closing a scope that is not the current one (out of order,
+    /// from another task) only forgets it: the current state does not change.
+    pub(crate) fn close(&self, span: u64) {
+        let mut t = self.lock();
+        let Some(pos) = t.frames.iter().rposition(|f| f.span == span) else {
+            return;
+        };
+        if pos + 1 == t.frames.len() {
+            let now = self.inner.clock.now_nanos();
+            t.commit(now);
+            t.frames.pop();
+            let current = t.current();
+            t.mark_seen(current);
+        } else {
+            t.frames.remove(pos);
+        }
+        self.publish(&t);
+    }
+
+    #[inline]
+    fn lock(&self) -> MutexGuard<'_, Timeline> {
+        // The timeline stays consistent even if a holder panicked (nothing in it can).
+        self.inner.timeline.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[inline]
+    fn publish(&self, t: &Timeline) {
+        self.inner.current_code.store(t.current().state.code(), Ordering::Relaxed);
+    }
+}
+
+/// A state scope: the tracker is in its state until this guard drops.
+///
+/// Holds the scope's span; dropping it (also while unwinding from a panic) closes the
+/// span and restores whatever is then current beneath it.
+#[derive(Debug)]
+#[must_use = "the scope ends when this guard drops; bind it with `let _scope = ...`"]
+pub struct StateScope {
+    span: tracing::Span,
+}
+
+impl StateScope {
+    /// The scope's span (a disabled span when tracking is off).
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+}
+
+/// One (state, operation) of a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotEntry {
+    /// The state.
+    pub state: AppState,
+    /// The operation (`""` for none).
+    pub operation: Arc<str>,
+    /// Time spent, in nanoseconds.
+    pub nanos: u64,
+}
+
+impl SnapshotEntry {
+    /// Time spent, as a `Duration`.
+    pub fn duration(&self) -> Duration {
+        Duration::from_nanos(self.nanos)
+    }
+
+    /// Time spent, in seconds: the value `worker_activity_time_seconds_total` exports.
+    pub fn seconds(&self) -> f64 {
+        self.nanos as f64 / 1e9
+    }
+}
+
+/// A tracker's totals at one instant, live time included.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    entries: Vec<SnapshotEntry>,
+    current: (AppState, Arc<str>),
+    elapsed_nanos: u64,
+}
+
+impl Snapshot {
+    /// Every (state, operation) visited, with its time.
+    pub fn entries(&self) -> &[SnapshotEntry] {
+        &self.entries
+    }
+
+    /// Time in one (state, operation), if it was ever visited.
+    pub fn get(&self, state: AppState, operation: &str) -> Option<Duration> {
+        self.entries
+            .iter()
+            .find(|e| e.state == state && &*e.operation == operation)
+            .map(SnapshotEntry::duration)
+    }
+
+    /// Time in `state`, over all operations.
+    pub fn total(&self, state: AppState) -> Duration {
+        Duration::from_nanos(self.entries.iter().filter(|e| e.state == state).map(|e| e.nanos).sum())
+    }
+
+    /// Time over every (state, operation); always equals [`elapsed`](Snapshot::elapsed).
+    pub fn sum(&self) -> Duration {
+        Duration::from_nanos(self.entries.iter().map(|e| e.nanos).sum())
+    }
+
+    /// Wall-clock time since the tracker was made, at the snapshot's instant.
+    pub fn elapsed(&self) -> Duration {
+        Duration::from_nanos(self.elapsed_nanos)
+    }
+
+    /// The (state, operation) current at the snapshot's instant.
+    pub fn current(&self) -> (AppState, &str) {
+        (self.current.0, &self.current.1)
+    }
+}
+
+/// The process-wide tracker, used by [`state_tracker()`], `#[track_state]` and `init()`.
+pub fn state_tracker() -> &'static Tracker {
+    static GLOBAL: OnceLock<Tracker> = OnceLock::new();
+    GLOBAL.get_or_init(Tracker::new)
+}
+
+/// The seed's rank-0-only mode: tracks on rank 0 and turns the process-wide tracker
+/// off on every other rank (their scopes and `set_state` calls become no-ops).
+///
+/// By default every rank tracks and exports with its rank as a resource attribute, and
+/// the collector aggregates; call this only to keep the Python package's behaviour.
+pub fn enable_tracker(rank: u32) {
+    state_tracker().set_enabled(rank == 0);
+}
