@@ -34,10 +34,14 @@
 #![no_std]
 
 mod activity;
+mod collector;
 mod engine;
+mod gpu;
 
 pub use activity::*;
+pub use collector::*;
 pub use engine::*;
+pub use gpu::*;
 
 /// The kind of instrument a family is recorded with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,7 +93,8 @@ impl Family {
 }
 
 /// Every family of every group in this crate, for lookups by name.
-pub const ALL_FAMILY_GROUPS: &[&[Family]] = &[ACTIVITY_FAMILIES, STATUS_FAMILIES];
+pub const ALL_FAMILY_GROUPS: &[&[Family]] =
+    &[ACTIVITY_FAMILIES, STATUS_FAMILIES, GPU_FAMILIES, COLLECTOR_FAMILIES];
 
 /// Looks a family up by its exact name across every group of the catalog.
 pub fn find(name: &str) -> Option<&'static Family> {

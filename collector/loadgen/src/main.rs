@@ -1,0 +1,2 @@
+//! OTLP load generator (work in progress).
+fn main() {}

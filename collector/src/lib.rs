@@ -1,0 +1,1 @@
+//! The higgsmeter collector (work in progress).

@@ -1,0 +1,2 @@
+//! The `higgsmeter-collector` binary (work in progress).
+fn main() {}

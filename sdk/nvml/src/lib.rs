@@ -1,0 +1,1 @@
+//! The NVML GPU meter (work in progress).
