@@ -152,14 +152,17 @@ impl Accountant {
         let mut warned = self.warned.lock().unwrap_or_else(|e| e.into_inner());
         if warned.insert(meta.callsite()) {
             drop(warned);
-            tracing::warn!(
-                target: "higgsmeter",
-                span = meta.name(),
-                span_target = meta.target(),
-                location = %format_args!("{}:{}", meta.file().unwrap_or("?"), meta.line().unwrap_or(0)),
-                "span has state = {value:?}, which is not a worker state (idle, io, cpu, gpu, \
-                 warmup, startup, shutdown or their codes 0-6): its time is not counted"
-            );
+            // `tracing` drops events raised inside a subscriber callback: the tracker
+            // logs this at its next call from user code or from an exporter.
+            self.tracker.defer_warning(format!(
+                "span {:?} (target {}, {}:{}) has state = {value:?}, which is not a worker \
+                 state (idle, io, cpu, gpu, warmup, startup, shutdown or their codes 0-6): \
+                 its time is not counted",
+                meta.name(),
+                meta.target(),
+                meta.file().unwrap_or("?"),
+                meta.line().unwrap_or(0),
+            ));
         }
     }
 
@@ -188,7 +191,12 @@ where
                 self.tracker.open(id.into_u64(), Key { state, op });
             }
             Parsed::Unknown => self.warn_once(attrs.metadata(), fields.raw.as_str()),
-            Parsed::Missing => {} // `state = Empty`: opens when recorded
+            // `state = Empty`: opens when a state is recorded.
+            Parsed::Missing => {
+                if let Some(op) = fields.operation {
+                    self.tracker.pend_operation(id.into_u64(), op);
+                }
+            }
         }
     }
 

@@ -33,6 +33,9 @@ struct Timeline {
     frames: Vec<Frame>,
     /// Clock reading when time was last committed.
     since: u64,
+    /// Operations given to state spans created with `state = Empty`, until they record
+    /// a state (rare: a short list, scanned).
+    pending: Vec<(u64, OpId)>,
     /// Committed nanoseconds, indexed by operation id, then by state.
     totals: Vec<[u64; 7]>,
     /// Which states each operation has been in (bit per state), so a series exists
@@ -79,6 +82,10 @@ struct Inner {
     /// Mirror of the current state's code, for lock-free readers (gauges, samplers).
     current_code: AtomicU8,
     timeline: Mutex<Timeline>,
+    /// Warnings raised inside a subscriber callback, where `tracing` drops nested
+    /// events; emitted at the next call from user code or an exporter.
+    has_warnings: AtomicBool,
+    warnings: Mutex<Vec<String>>,
 }
 
 /// One worker's timeline: at every instant in exactly one (state, operation).
@@ -119,6 +126,7 @@ impl Tracker {
         let mut timeline = Timeline {
             base,
             frames: Vec::with_capacity(16),
+            pending: Vec::new(),
             since: origin,
             totals: Vec::with_capacity(16),
             seen: Vec::with_capacity(16),
@@ -132,6 +140,8 @@ impl Tracker {
                 origin,
                 current_code: AtomicU8::new(AppState::Startup.code()),
                 timeline: Mutex::new(timeline),
+                has_warnings: AtomicBool::new(false),
+                warnings: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -160,6 +170,7 @@ impl Tracker {
         if !self.is_enabled() {
             return;
         }
+        self.emit_warnings();
         let key = Key { state, op: intern::intern(operation) };
         let mut t = self.lock();
         let now = self.inner.clock.now_nanos();
@@ -191,6 +202,7 @@ impl Tracker {
         if !self.is_enabled() {
             return StateScope { span: tracing::Span::none() };
         }
+        self.emit_warnings();
         StateScope { span: span::state_span(self.id(), state, operation) }
     }
 
@@ -200,6 +212,7 @@ impl Tracker {
         if !self.is_enabled() {
             return tracing::Span::none();
         }
+        self.emit_warnings();
         span::state_span(self.id(), state, operation)
     }
 
@@ -231,6 +244,7 @@ impl Tracker {
 
     /// Every (state, operation) with its time so far, the current state's live part included.
     pub fn snapshot(&self) -> Snapshot {
+        self.emit_warnings();
         let t = self.lock();
         let now = self.inner.clock.now_nanos();
         let current = t.current();
@@ -262,6 +276,39 @@ impl Tracker {
 
     // ---- driven by the activity layer ----
 
+    /// Queues a warning to be logged outside the subscriber callback.
+    #[cold]
+    pub(crate) fn defer_warning(&self, message: String) {
+        self.inner.warnings.lock().unwrap_or_else(|e| e.into_inner()).push(message);
+        self.inner.has_warnings.store(true, Ordering::Release);
+    }
+
+    #[inline]
+    fn emit_warnings(&self) {
+        if self.inner.has_warnings.load(Ordering::Relaxed) {
+            self.emit_warnings_slow();
+        }
+    }
+
+    #[cold]
+    fn emit_warnings_slow(&self) {
+        self.inner.has_warnings.store(false, Ordering::Release);
+        let queued = std::mem::take(&mut *self.inner.warnings.lock().unwrap_or_else(|e| e.into_inner()));
+        for message in queued {
+            tracing::warn!(target: "higgsmeter", "{message}");
+        }
+    }
+
+    /// A span created with `state = Empty` gave an operation; remember it until it
+    /// records a state or closes.
+    pub(crate) fn pend_operation(&self, span: u64, op: OpId) {
+        let mut t = self.lock();
+        match t.pending.iter_mut().find(|(s, _)| *s == span) {
+            Some(entry) => entry.1 = op,
+            None => t.pending.push((span, op)),
+        }
+    }
+
     /// A state span opened.
     pub(crate) fn open(&self, span: u64, key: Key) {
         let mut t = self.lock();
@@ -284,8 +331,18 @@ impl Tracker {
     ) {
         let mut t = self.lock();
         let Some(pos) = t.frames.iter().rposition(|f| f.span == span) else {
-            let Some(state) = state else { return };
-            let key = Key { state, op: op.unwrap_or_else(default_op) };
+            let pending = t.pending.iter().position(|(s, _)| *s == span);
+            let Some(state) = state else {
+                if let Some(op) = op {
+                    match pending {
+                        Some(i) => t.pending[i].1 = op,
+                        None => t.pending.push((span, op)),
+                    }
+                }
+                return;
+            };
+            let pending_op = pending.map(|i| t.pending.swap_remove(i).1);
+            let key = Key { state, op: op.or(pending_op).unwrap_or_else(default_op) };
             let now = self.inner.clock.now_nanos();
             t.commit(now);
             t.frames.push(Frame { span, key });
@@ -308,6 +365,9 @@ impl Tracker {
     pub(crate) fn close(&self, span: u64) {
         let mut t = self.lock();
         let Some(pos) = t.frames.iter().rposition(|f| f.span == span) else {
+            if !t.pending.is_empty() {
+                t.pending.retain(|(s, _)| *s != span);
+            }
             return;
         };
         if pos + 1 == t.frames.len() {
