@@ -1,6 +1,148 @@
-//! The collector's own families (its health and throughput).
+//! The collector's own families (its health and throughput) and the families it derives.
 
-use crate::Family;
+use crate::{Family, Kind};
 
-/// Every family the collector exports about itself.
-pub const COLLECTOR_FAMILIES: &[Family] = &[];
+/// `worker_sources_in_state` (gauge): live sources whose `worker_current_state` is in
+/// each state.
+///
+/// Derived by the collector from the per-source `worker_current_state` gauges (which
+/// cannot be summed) for the fleet view: `sum(worker_sources_in_state{state="gpu"})`
+/// is the number of workers in `gpu` now. Label `state`: idle, io, cpu, gpu, warmup,
+/// startup, shutdown; every state is always present (0 when no source is in it).
+pub const WORKER_SOURCES_IN_STATE: Family = Family {
+    name: "worker_sources_in_state",
+    kind: Kind::Gauge,
+    help: "Live sources whose worker_current_state is in each state",
+    unit: "{source}",
+    labels: &["state"],
+    buckets: &[],
+};
+
+/// `higgsmeter_collector_requests_total` (counter): OTLP export requests received, by
+/// transport (`grpc`, `http`), whatever became of them.
+pub const COLLECTOR_REQUESTS: Family = Family {
+    name: "higgsmeter_collector_requests_total",
+    kind: Kind::Counter,
+    help: "OTLP export requests received, by transport",
+    unit: "{request}",
+    labels: &["transport"],
+    buckets: &[],
+};
+
+/// `higgsmeter_collector_requests_refused_total` (counter): whole OTLP requests refused
+/// before any point was read, by transport and reason.
+///
+/// Reasons: `malformed` (not valid protobuf/JSON), `content_type` (neither
+/// `application/x-protobuf` nor `application/json`), `decompress` (truncated or corrupt
+/// gzip, or an unknown content encoding), `too_large` (over the configured maximum
+/// message size), `unsupported_signal` (traces or logs: this collector receives
+/// metrics only), `other`.
+pub const COLLECTOR_REQUESTS_REFUSED: Family = Family {
+    name: "higgsmeter_collector_requests_refused_total",
+    kind: Kind::Counter,
+    help: "Whole OTLP requests refused before any point was read, by transport and reason",
+    unit: "{request}",
+    labels: &["transport", "reason"],
+    buckets: &[],
+};
+
+/// `higgsmeter_collector_points_received_total` (counter): data points read from
+/// well-formed OTLP requests, accepted or refused, by transport.
+pub const COLLECTOR_POINTS_RECEIVED: Family = Family {
+    name: "higgsmeter_collector_points_received_total",
+    kind: Kind::Counter,
+    help: "Data points read from well-formed OTLP requests, accepted or refused, by transport",
+    unit: "{point}",
+    labels: &["transport"],
+    buckets: &[],
+};
+
+/// `higgsmeter_collector_points_refused_total` (counter): data points refused (reported
+/// to the sender as OTLP partial success), by reason.
+///
+/// Reasons: `non_finite` (NaN or ±Inf value), `negative_counter` (a monotonic sum
+/// below zero), `histogram_bounds` (bounds differ from the series' earlier bounds),
+/// `invalid` (a point that breaks the OTLP data model: no value, bucket counts that do
+/// not match the bounds, unsorted bounds), `type_conflict` (a name already used with
+/// another type, or a reserved name), `unsupported_type` (exponential histograms and
+/// summaries), `cardinality` (over the series limits).
+pub const COLLECTOR_POINTS_REFUSED: Family = Family {
+    name: "higgsmeter_collector_points_refused_total",
+    kind: Kind::Counter,
+    help: "Data points refused (reported as OTLP partial success), by reason",
+    unit: "{point}",
+    labels: &["reason"],
+    buckets: &[],
+};
+
+/// `higgsmeter_collector_sources` (gauge): sources (distinct OTLP resources) heard
+/// from within `stale_after`.
+pub const COLLECTOR_SOURCES: Family = Family {
+    name: "higgsmeter_collector_sources",
+    kind: Kind::Gauge,
+    help: "Sources (distinct OTLP resources) heard from within stale_after",
+    unit: "{source}",
+    labels: &[],
+    buckets: &[],
+};
+
+/// `higgsmeter_collector_series` (gauge): series held in memory, by view: `source`
+/// (per-source series, stale ones still remembered for reset safety included) and
+/// `fleet` (aggregated series).
+pub const COLLECTOR_SERIES: Family = Family {
+    name: "higgsmeter_collector_series",
+    kind: Kind::Gauge,
+    help: "Series held in memory, by view (source, fleet)",
+    unit: "{series}",
+    labels: &["view"],
+    buckets: &[],
+};
+
+/// `higgsmeter_collector_exports_total` (counter): OTLP pushes to the upstream, by
+/// exporter (`otlp`, `otlphttp`) and outcome (`ok`, `failed`; every failed attempt,
+/// retries included).
+pub const COLLECTOR_EXPORTS: Family = Family {
+    name: "higgsmeter_collector_exports_total",
+    kind: Kind::Counter,
+    help: "OTLP pushes to the upstream, by exporter and outcome (ok, failed)",
+    unit: "{request}",
+    labels: &["exporter", "outcome"],
+    buckets: &[],
+};
+
+/// `higgsmeter_collector_export_queue_depth` (gauge): export requests waiting in the
+/// bounded queue, by exporter.
+pub const COLLECTOR_EXPORT_QUEUE_DEPTH: Family = Family {
+    name: "higgsmeter_collector_export_queue_depth",
+    kind: Kind::Gauge,
+    help: "Export requests waiting in the bounded queue, by exporter",
+    unit: "{request}",
+    labels: &["exporter"],
+    buckets: &[],
+};
+
+/// `higgsmeter_collector_export_dropped_points_total` (counter): points of export
+/// requests dropped because the queue was full (the upstream down or slow), by
+/// exporter.
+pub const COLLECTOR_EXPORT_DROPPED: Family = Family {
+    name: "higgsmeter_collector_export_dropped_points_total",
+    kind: Kind::Counter,
+    help: "Points of export requests dropped because the export queue was full, by exporter",
+    unit: "{point}",
+    labels: &["exporter"],
+    buckets: &[],
+};
+
+/// Every family the collector exports about itself or derives for the fleet view.
+pub const COLLECTOR_FAMILIES: &[Family] = &[
+    WORKER_SOURCES_IN_STATE,
+    COLLECTOR_REQUESTS,
+    COLLECTOR_REQUESTS_REFUSED,
+    COLLECTOR_POINTS_RECEIVED,
+    COLLECTOR_POINTS_REFUSED,
+    COLLECTOR_SOURCES,
+    COLLECTOR_SERIES,
+    COLLECTOR_EXPORTS,
+    COLLECTOR_EXPORT_QUEUE_DEPTH,
+    COLLECTOR_EXPORT_DROPPED,
+];
