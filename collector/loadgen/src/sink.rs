@@ -1,0 +1,155 @@
+//! A decode-only OTLP sink: the floor any collector can be compared with.
+//!
+//! It decodes every `ExportMetricsServiceRequest` (gRPC through tonic's prost codec,
+//! HTTP through prost), counts its data points and drops it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use prost::Message as _;
+
+use crate::payload::count_points;
+
+/// Largest request the sink decodes (the collector's default limit).
+const MAX_MESSAGE: usize = 16 * 1024 * 1024;
+
+/// Totals of what the sink has taken in.
+#[derive(Debug, Default)]
+struct Counters {
+    requests: AtomicU64,
+    points: AtomicU64,
+}
+
+impl Counters {
+    fn add(&self, req: &ExportMetricsServiceRequest) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        self.points.fetch_add(count_points(req), Ordering::Relaxed);
+    }
+}
+
+#[derive(Debug)]
+struct GrpcSink(Arc<Counters>);
+
+#[tonic::codegen::async_trait]
+impl MetricsService for GrpcSink {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportMetricsServiceRequest>,
+    ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+        self.0.add(request.get_ref());
+        Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+/// Serves OTLP/gRPC on `grpc` and, if given, OTLP/HTTP on `http`, for at most `run_for`
+/// or until ctrl-c, then prints what it received.
+pub(crate) async fn run(
+    grpc: SocketAddr,
+    http: Option<SocketAddr>,
+    run_for: Duration,
+) -> anyhow::Result<()> {
+    let counters = Arc::new(Counters::default());
+    let svc = MetricsServiceServer::new(GrpcSink(counters.clone()))
+        .max_decoding_message_size(MAX_MESSAGE);
+    let grpc_listener = tokio::net::TcpListener::bind(grpc)
+        .await
+        .with_context(|| format!("binding the gRPC sink to {grpc}"))?;
+    let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let stop = async move {
+        tokio::select! {
+            _ = tokio::time::sleep(run_for) => {}
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    };
+    let grpc_server = tonic::transport::Server::builder()
+        .add_service(svc)
+        .serve_with_incoming_shutdown(incoming, stop);
+    if let Some(http) = http {
+        let listener = tokio::net::TcpListener::bind(http)
+            .await
+            .with_context(|| format!("binding the HTTP sink to {http}"))?;
+        tokio::spawn(http_accept_loop(listener, counters.clone()));
+    }
+    eprintln!(
+        "sink: gRPC on {grpc}{}; stops after {} s",
+        http.map(|h| format!(", HTTP on {h}/v1/metrics"))
+            .unwrap_or_default(),
+        run_for.as_secs()
+    );
+    grpc_server.await.context("running the gRPC sink")?;
+    eprintln!(
+        "sink: received {} requests, {} points",
+        counters.requests.load(Ordering::Relaxed),
+        counters.points.load(Ordering::Relaxed)
+    );
+    Ok(())
+}
+
+async fn http_accept_loop(listener: tokio::net::TcpListener, counters: Arc<Counters>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let counters = counters.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| handle_http(req, counters.clone()));
+            // A client that goes away mid-request is not the sink's problem.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}
+
+async fn handle_http(
+    req: Request<hyper::body::Incoming>,
+    counters: Arc<Counters>,
+) -> Result<Response<Full<Bytes>>, hyper::Error> {
+    let reply = |code: StatusCode, body: Bytes| {
+        let mut r = Response::new(Full::new(body));
+        *r.status_mut() = code;
+        r
+    };
+    if req.uri().path() != "/v1/metrics" || req.method() != hyper::Method::POST {
+        return Ok(reply(
+            StatusCode::NOT_FOUND,
+            Bytes::from_static(b"POST /v1/metrics"),
+        ));
+    }
+    let body = req.into_body().collect().await?.to_bytes();
+    if body.len() > MAX_MESSAGE {
+        return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, Bytes::new()));
+    }
+    match ExportMetricsServiceRequest::decode(body) {
+        Ok(msg) => {
+            counters.add(&msg);
+            let out = ExportMetricsServiceResponse::default().encode_to_vec();
+            let mut r = reply(StatusCode::OK, Bytes::from(out));
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/x-protobuf"),
+            );
+            Ok(r)
+        }
+        Err(e) => Ok(reply(
+            StatusCode::BAD_REQUEST,
+            Bytes::from(format!("malformed OTLP protobuf: {e}")),
+        )),
+    }
+}
