@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Collector ingest comparison: the decode-only sink (floor), rotel (PyPI `rotel`, blackhole
+# exporter) and higgsmeter-collector, each measured with higgsmeter-loadgen in one run.
+#
+#   collector/loadgen/bench.sh            # build, run every peer, print the table
+#
+# Environment (defaults in brackets):
+#   CARGO_TARGET_DIR [target]   where release binaries are built
+#   DURATION [10] WARMUP [2]    seconds measured / warm-up per run
+#   RATE [100000]               points/s of the fixed-rate runs
+#   CONC [8]                    requests in flight
+#   PROTOCOLS ["grpc http"]     protocols of the max-rate runs (fixed-rate runs use gRPC)
+#   PEERS ["sink rotel higgsmeter"]
+#   ROTEL_BIN                   rotel-agent binary (default: found in /tmp/rotel-venv,
+#                               installed there with pip if absent)
+#   COLLECTOR_ARGS              extra arguments for higgsmeter-collector
+#
+# Every load is bounded (warm-up + duration, `timeout` around each process), all traffic
+# stays on 127.0.0.1, every peer is stopped after its run. Total < 5 minutes once built.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+DURATION=${DURATION:-10}
+WARMUP=${WARMUP:-2}
+RATE=${RATE:-100000}
+CONC=${CONC:-8}
+PROTOCOLS=${PROTOCOLS:-grpc http}
+PEERS=${PEERS:-sink rotel higgsmeter}
+RUN_LIMIT=$((WARMUP + DURATION + 45))
+OUT=$(mktemp -d /tmp/higgsmeter-bench.XXXXXX)
+START=$(date +%s)
+
+echo "== build (release)" >&2
+cargo build --release -q -p higgsmeter-loadgen
+LG="$TARGET_DIR/release/higgsmeter-loadgen"
+HM=""
+if [[ " $PEERS " == *" higgsmeter "* ]]; then
+    if [[ -f collector/src/main.rs ]] && ! grep -q '^fn main() {}' collector/src/main.rs; then
+        cargo build --release -q -p higgsmeter-collector && HM="$TARGET_DIR/release/higgsmeter-collector"
+    else
+        echo "higgsmeter-collector: not built yet (collector/src/main.rs is a placeholder); skipped" >&2
+    fi
+fi
+
+ROTEL=""
+if [[ " $PEERS " == *" rotel "* ]]; then
+    ROTEL=${ROTEL_BIN:-$(ls /tmp/rotel-venv/lib/python3*/site-packages/rotel/rotel-agent 2>/dev/null | head -1 || true)}
+    if [[ -z "$ROTEL" ]]; then
+        echo "== installing rotel into /tmp/rotel-venv (PyPI)" >&2
+        timeout 180 python3 -m venv /tmp/rotel-venv
+        timeout 180 /tmp/rotel-venv/bin/pip install -q rotel
+        ROTEL=$(ls /tmp/rotel-venv/lib/python3*/site-packages/rotel/rotel-agent | head -1)
+    fi
+fi
+
+# Free loopback ports, asked from the kernel.
+ports() {
+    python3 -c 'import socket
+socks=[socket.socket() for _ in range('"$1"')]
+[s.bind(("127.0.0.1",0)) for s in socks]
+print(" ".join(str(s.getsockname()[1]) for s in socks))'
+}
+
+# peer_cmd LABEL GRPC_PORT HTTP_PORT PROM_PORT -> command line of the peer
+peer_cmd() {
+    case "$1" in
+    sink) echo "$LG --sink 127.0.0.1:$2 --sink-http 127.0.0.1:$3 --sink-for $RUN_LIMIT" ;;
+    rotel) echo "$ROTEL start --exporter blackhole --otlp-grpc-endpoint 127.0.0.1:$2 --otlp-http-endpoint 127.0.0.1:$3 --otlp-grpc-max-recv-msg-size-mib 16 --pid-file $OUT/rotel.pid --log-file $OUT/rotel.log" ;;
+    higgsmeter) echo "$HM --grpc-endpoint 127.0.0.1:$2 --http-endpoint 127.0.0.1:$3 --prometheus-endpoint 127.0.0.1:$4 ${COLLECTOR_ARGS:-}" ;;
+    esac
+}
+
+# run LABEL PROTOCOL [loadgen args...]: one fresh peer process, one measured run, one JSON line.
+run() {
+    local label=$1 proto=$2
+    shift 2
+    read -r g h p < <(ports 3)
+    local ep="http://127.0.0.1:$g"
+    [[ $proto == http ]] && ep="http://127.0.0.1:$h/v1/metrics"
+    echo "== $label $proto $*  (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+    timeout "$RUN_LIMIT" "$LG" --label "$label" --protocol "$proto" --endpoint "$ep" \
+        --spawn "$(peer_cmd "$label" "$g" "$h" "$p")" --spawn-log "$OUT/$label.$proto.log" \
+        --concurrency "$CONC" --warmup "$WARMUP" --duration "$DURATION" --json "${@//@PROM@/$p}" \
+        >>"$OUT/results.jsonl" || echo "   (run failed: see $OUT/$label.$proto.log)" >&2
+}
+
+for peer in $PEERS; do
+    [[ $peer == rotel && -z "$ROTEL" ]] && continue
+    [[ $peer == higgsmeter && -z "$HM" ]] && continue
+    for proto in $PROTOCOLS; do
+        run "$peer" "$proto"
+    done
+    run "$peer" grpc --rate "$RATE"
+done
+
+# /metrics render of 100k series: 500 workers x 200 series, one round, then 10 GETs.
+if [[ -n "$HM" ]]; then
+    run higgsmeter grpc --workers 500 --series 200 --rounds 1 --unique-per-worker \
+        --scrape "http://127.0.0.1:@PROM@/metrics" --scrape-count 10
+    run higgsmeter grpc --workers 500 --series 200 --rounds 1 \
+        --scrape "http://127.0.0.1:@PROM@/metrics/sources" --scrape-count 10
+fi
+
+python3 - "$OUT/results.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def key(r): return (r["protocol"], r["target_rate"] is not None)
+rotel = {key(r): r for r in rows if r["label"] == "rotel" and not r.get("scrape")}
+def f(v, fmt): return "n/a" if v is None else fmt.format(v)
+print("| peer | protocol | load | accepted points/s | vs rotel | p50 / p99 ms | target CPU % | target RSS MiB (max) | loadgen CPU % | load avg |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+for r in rows:
+    if r.get("scrape"):
+        continue
+    t = (r["usage"] or {}).get("target") or {}
+    ref = rotel.get(key(r))
+    ratio = "" if not ref or r["label"] == "rotel" else (
+        f'{r["accepted_points_per_s"] / ref["accepted_points_per_s"]:.2f}x' if r["target_rate"] is None
+        else f'CPU {(t.get("cpu_percent") or 0) / max(ref["usage"]["target"]["cpu_percent"] or 1e-9, 1e-9):.2f}x')
+    load = "max" if r["target_rate"] is None else f'{r["target_rate"]:.0f}/s'
+    print(f'| {r["label"]} | {r["protocol"]} | {load} | {r["accepted_points_per_s"]:,.0f} | {ratio} | '
+          f'{r["latency_p50_ms"]:.1f} / {r["latency_p99_ms"]:.1f} | {f(t.get("cpu_percent"), "{:.0f}")} | '
+          f'{f(t.get("rss_mib"), "{:.1f}")} ({f(t.get("rss_max_mib"), "{:.1f}")}) | '
+          f'{f(r["usage"].get("loadgen_cpu_percent"), "{:.0f}")} | {r["loadavg_at_start"]} |')
+for r in rows:
+    s = r.get("scrape")
+    if s:
+        print(f'\n{r["label"]}: GET {s["url"]} after {r["workers"]}x{r["series"]} series: status {s["status"]}, '
+              f'{s["bytes"]} bytes, {s["samples"]} samples; min {s["min_ms"]:.1f} ms, median {s["median_ms"]:.1f} ms, '
+              f'max {s["max_ms"]:.1f} ms (load avg {r["loadavg_at_start"]})')
+EOF
+echo "(raw results: $OUT/results.jsonl; total $(($(date +%s) - START)) s)" >&2
