@@ -94,8 +94,13 @@ for peer in $PEERS; do
     run "$peer" grpc --rate "$RATE"
 done
 
-# /metrics render of 100k series: 500 workers x 200 series, one round, then 10 GETs.
+# /metrics render of 100k series: 500 workers x 200 series, one round, then 10 GETs each.
+# (a) 100k counter series with a per-worker attribute: 100k Prometheus samples on /metrics;
+# (b) the default half-histogram mix with a per-worker attribute (each histogram is 13 samples);
+# (c) the default mix on the per-source view /metrics/sources.
 if [[ -n "$HM" ]]; then
+    run higgsmeter grpc --workers 500 --series 200 --rounds 1 --unique-per-worker --histogram-percent 0 \
+        --scrape "http://127.0.0.1:@PROM@/metrics" --scrape-count 10
     run higgsmeter grpc --workers 500 --series 200 --rounds 1 --unique-per-worker \
         --scrape "http://127.0.0.1:@PROM@/metrics" --scrape-count 10
     run higgsmeter grpc --workers 500 --series 200 --rounds 1 \
@@ -126,7 +131,8 @@ for r in rows:
 for r in rows:
     s = r.get("scrape")
     if s:
-        print(f'\n{r["label"]}: GET {s["url"]} after {r["workers"]}x{r["series"]} series: status {s["status"]}, '
+        print(f'\n{r["label"]}: GET {s["url"]} after {r["workers"]}x{r["series"]} series '
+              f'({r["histogram_percent"]}% histograms{", per-worker attribute" if r["unique_per_worker"] else ""}): status {s["status"]}, '
               f'{s["bytes"]} bytes, {s["samples"]} samples; min {s["min_ms"]:.1f} ms, median {s["median_ms"]:.1f} ms, '
               f'max {s["max_ms"]:.1f} ms (load avg {r["loadavg_at_start"]})')
 EOF

@@ -1,8 +1,8 @@
 //! `higgsmeter-loadgen`: an OTLP metrics load generator for benchmarking the higgsmeter
 //! collector against its peers.
 //!
-//! It pre-encodes `ExportMetricsServiceRequest`s for W workers × S series (half
-//! cumulative monotonic sums, half explicit-bucket histograms; each worker its own
+//! It pre-encodes `ExportMetricsServiceRequest`s for W workers × S series (by default
+//! half cumulative monotonic sums, half explicit-bucket histograms; each worker its own
 //! resource with `service.instance.id` and `rank`), sends them with C requests in
 //! flight over OTLP/gRPC or OTLP/HTTP, at full speed or at a fixed points/s, for a
 //! bounded time, and reports accepted points/s, p50/p99 latency and the target's CPU%
@@ -51,7 +51,7 @@ struct Cli {
     /// Simulated workers (distinct OTLP resources).
     #[arg(long, short = 'w', default_value_t = 64)]
     workers: usize,
-    /// Series per worker: half cumulative monotonic sums, half histograms.
+    /// Series per worker (see --histogram-percent for the mix).
     #[arg(long, short = 's', default_value_t = 200)]
     series: usize,
     /// Data points per request.
@@ -60,6 +60,10 @@ struct Cli {
     /// Series per metric name (they differ by an `op` attribute).
     #[arg(long, default_value_t = 10)]
     series_per_metric: usize,
+    /// Percent of each worker's series that are explicit-bucket histograms (the rest
+    /// are cumulative monotonic sums).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    histogram_percent: u8,
     /// Give each worker's points a `shard` attribute, so series stay distinct after
     /// the collector sums over workers (for exposition-size runs).
     #[arg(long)]
@@ -178,6 +182,7 @@ async fn generate(cli: Cli) -> anyhow::Result<()> {
         series: cli.series,
         points_per_request: cli.points_per_request,
         series_per_metric: cli.series_per_metric,
+        histogram_percent: cli.histogram_percent,
         unique_per_worker: cli.unique_per_worker,
     };
     let templates = Arc::new(payload::build(

@@ -36,12 +36,14 @@ const BOUNDS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 pub(crate) struct Shape {
     /// Number of workers; each is a distinct OTLP resource.
     pub(crate) workers: usize,
-    /// Series per worker: the first half cumulative monotonic sums, the rest histograms.
+    /// Series per worker: cumulative monotonic sums first, then histograms.
     pub(crate) series: usize,
     /// Data points per request (the last request of a round may carry fewer).
     pub(crate) points_per_request: usize,
     /// Series per metric name (they differ by the `op` attribute).
     pub(crate) series_per_metric: usize,
+    /// Percent of each worker's series that are histograms (the rest are sums).
+    pub(crate) histogram_percent: u8,
     /// Add a per-worker `shard` data-point attribute, so that series stay distinct
     /// after a collector sums over the worker identity (for exposition-size tests).
     pub(crate) unique_per_worker: bool,
@@ -54,7 +56,7 @@ impl Shape {
     }
 
     fn sums(&self) -> usize {
-        self.series.div_ceil(2)
+        self.series - self.series * usize::from(self.histogram_percent.min(100)) / 100
     }
 
     fn validate(&self) -> anyhow::Result<()> {
@@ -409,6 +411,7 @@ mod tests {
             series: 30,
             points_per_request: 47,
             series_per_metric: 4,
+            histogram_percent: 50,
             unique_per_worker: false,
         }
     }
@@ -490,6 +493,20 @@ mod tests {
             }
         }
         assert_eq!((sums, hists), (15, 15));
+        let only_sums = Shape {
+            histogram_percent: 0,
+            ..shape
+        };
+        let req =
+            ExportMetricsServiceRequest::decode(build(&only_sums, 1).unwrap()[0].render(0, 2))
+                .unwrap();
+        assert_eq!(count_points(&req), 7 * 30);
+        assert!(
+            req.resource_metrics[0].scope_metrics[0]
+                .metrics
+                .iter()
+                .all(|m| matches!(m.data, Some(metric::Data::Sum(_))))
+        );
         let ids: std::collections::BTreeSet<_> = req
             .resource_metrics
             .iter()

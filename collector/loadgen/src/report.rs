@@ -174,6 +174,10 @@ pub(crate) struct Report {
     pub(crate) workers: usize,
     /// Series per worker.
     pub(crate) series: usize,
+    /// Percent of series that are histograms.
+    pub(crate) histogram_percent: u8,
+    /// Whether series carry a per-worker attribute (stay distinct after aggregation).
+    pub(crate) unique_per_worker: bool,
     /// Points per full request.
     pub(crate) points_per_request: usize,
     /// Requests in flight.
@@ -268,6 +272,8 @@ impl Report {
             endpoint: cfg.endpoint.clone(),
             workers: shape.workers,
             series: shape.series,
+            histogram_percent: shape.histogram_percent,
+            unique_per_worker: shape.unique_per_worker,
             points_per_request: shape.points_per_request,
             concurrency,
             target_rate: cfg.rate,
