@@ -34,7 +34,9 @@ pub const MSTAR_BATCH_SIZE: Family = Family {
     help: "Engine steps: rows the step's forward ran.",
     unit: "{row}",
     labels: &["component", "graph_walk"],
-    buckets: &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0],
+    buckets: &[
+        1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+    ],
 };
 
 /// `mstar_component_in_flight` (gauge): Running requests with a pass on this graph node that the conductor dispatched and whose completion it has not received yet.
@@ -124,7 +126,10 @@ pub const MSTAR_STEP_SECONDS: Family = Family {
     help: "Engine steps: from the later of the step's hand-off to the GPU thread and the end of the worker's previous step, to the end of this step's postprocess. In steady state, the interval between step completions.",
     unit: "s",
     labels: &["component", "graph_walk"],
-    buckets: &[0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
+    buckets: &[
+        0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1,
+        0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    ],
 };
 
 /// `mstar_transfer_bytes_total` (counter): Tensor bytes the consumer read from the producer over this edge.
@@ -144,7 +149,10 @@ pub const MSTAR_TRANSFER_SECONDS: Family = Family {
     help: "Consumer-side time to read one edge's tensors from the producer (one observation per edge read; the producer's own write or registration is not included).",
     unit: "s",
     labels: &["src", "dst", "transport"],
-    buckets: &[1e-05, 2.5e-05, 5e-05, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0],
+    buckets: &[
+        1e-05, 2.5e-05, 5e-05, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+        0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ],
 };
 
 /// `mstar_transfers_total` (counter): Tensors the consumer read from the producer over this edge.

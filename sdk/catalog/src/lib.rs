@@ -93,8 +93,12 @@ impl Family {
 }
 
 /// Every family of every group in this crate, for lookups by name.
-pub const ALL_FAMILY_GROUPS: &[&[Family]] =
-    &[ACTIVITY_FAMILIES, STATUS_FAMILIES, GPU_FAMILIES, COLLECTOR_FAMILIES];
+pub const ALL_FAMILY_GROUPS: &[&[Family]] = &[
+    ACTIVITY_FAMILIES,
+    STATUS_FAMILIES,
+    GPU_FAMILIES,
+    COLLECTOR_FAMILIES,
+];
 
 /// Looks a family up by its exact name across every group of the catalog.
 pub fn find(name: &str) -> Option<&'static Family> {

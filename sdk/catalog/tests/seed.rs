@@ -6,6 +6,11 @@
 //! that the two Rust lists hold exactly the seed's keys. When the workspace sits beside
 //! a `shared/` folder, the vendored copy must also equal the original.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 use higgsmeter_catalog::{
     CONDUCTOR_REQUEST_STATES, Family, Kind, STATUS_FAMILIES, STATUS_INTERVAL_S,
     TRANSFER_API_SERVER, WORKER_ACTIVITY_TIME, WORKER_CURRENT_STATE, WORKER_FAMILIES,
@@ -95,7 +100,9 @@ impl Parser<'_> {
                 while self.s[self.i].is_ascii_alphanumeric() || self.s[self.i] == b'_' {
                     self.i += 1;
                 }
-                let name = std::str::from_utf8(&self.s[start..self.i]).unwrap().to_owned();
+                let name = std::str::from_utf8(&self.s[start..self.i])
+                    .unwrap()
+                    .to_owned();
                 assert!(self.eat(b'('), "expected a call after {name}");
                 let mut kwargs = Vec::new();
                 while !self.eat(b')') {
@@ -104,7 +111,9 @@ impl Parser<'_> {
                     while self.s[self.i] != b'=' {
                         self.i += 1;
                     }
-                    let key = std::str::from_utf8(&self.s[start..self.i]).unwrap().to_owned();
+                    let key = std::str::from_utf8(&self.s[start..self.i])
+                        .unwrap()
+                        .to_owned();
                     self.i += 1;
                     kwargs.push((key, self.value()));
                     self.eat(b',');
@@ -118,8 +127,13 @@ impl Parser<'_> {
 fn seed_dict(name: &str) -> Vec<(String, Vec<(String, Py)>)> {
     let marker = format!("{name}: dict[str, Family] = ");
     let at = SEED.find(&marker).expect("seed lists the dict") + marker.len();
-    let mut parser = Parser { s: SEED[at..].as_bytes(), i: 0 };
-    let Py::Dict(items) = parser.value() else { panic!("{name} is not a dict") };
+    let mut parser = Parser {
+        s: &SEED.as_bytes()[at..],
+        i: 0,
+    };
+    let Py::Dict(items) = parser.value() else {
+        panic!("{name} is not a dict")
+    };
     items
         .into_iter()
         .map(|(k, v)| match (k, v) {
@@ -137,26 +151,47 @@ fn check_group(seed_name: &str, ours: &[Family]) {
     let seed = seed_dict(seed_name);
     let seed_names: Vec<&str> = seed.iter().map(|(k, _)| k.as_str()).collect();
     let our_names: Vec<&str> = ours.iter().map(|f| f.name).collect();
-    assert_eq!(our_names, seed_names, "{seed_name}: same families in the same order");
+    assert_eq!(
+        our_names, seed_names,
+        "{seed_name}: same families in the same order"
+    );
     for ((key, kwargs), family) in seed.iter().zip(ours) {
-        assert_eq!(kwarg(kwargs, "name"), Some(&Py::Str(key.clone())), "{key}: name");
+        assert_eq!(
+            kwarg(kwargs, "name"),
+            Some(&Py::Str(key.clone())),
+            "{key}: name"
+        );
         assert_eq!(family.name, key);
         let kind = match family.kind {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
             Kind::Histogram => "histogram",
         };
-        assert_eq!(kwarg(kwargs, "kind"), Some(&Py::Str(kind.into())), "{key}: kind");
+        assert_eq!(
+            kwarg(kwargs, "kind"),
+            Some(&Py::Str(kind.into())),
+            "{key}: kind"
+        );
         assert_eq!(family.kind.as_str(), kind);
-        assert_eq!(kwarg(kwargs, "help"), Some(&Py::Str(family.help.into())), "{key}: help");
+        assert_eq!(
+            kwarg(kwargs, "help"),
+            Some(&Py::Str(family.help.into())),
+            "{key}: help"
+        );
         let labels = Py::Tuple(family.labels.iter().map(|l| Py::Str((*l).into())).collect());
         assert_eq!(kwarg(kwargs, "labels"), Some(&labels), "{key}: labels");
         let buckets = Py::Tuple(family.buckets.iter().map(|b| Py::Num(*b)).collect());
         assert_eq!(kwarg(kwargs, "buckets"), Some(&buckets), "{key}: buckets");
         if family.kind == Kind::Histogram {
-            assert!(family.buckets.windows(2).all(|w| w[0] < w[1]), "{key}: sorted");
+            assert!(
+                family.buckets.windows(2).all(|w| w[0] < w[1]),
+                "{key}: sorted"
+            );
         } else {
-            assert!(family.buckets.is_empty(), "{key}: only histograms have buckets");
+            assert!(
+                family.buckets.is_empty(),
+                "{key}: only histograms have buckets"
+            );
         }
     }
 }
@@ -176,7 +211,9 @@ fn module_constants_match_the_seed() {
     assert!(SEED.contains("STATUS_INTERVAL_S = 1.0#"));
     assert_eq!(STATUS_INTERVAL_S, 1.0);
     assert!(SEED.contains(&format!("TRANSFER_API_SERVER = '{TRANSFER_API_SERVER}'#")));
-    let states = CONDUCTOR_REQUEST_STATES.map(|s| format!("'{s}'")).join(", ");
+    let states = CONDUCTOR_REQUEST_STATES
+        .map(|s| format!("'{s}'"))
+        .join(", ");
     assert!(SEED.contains(&format!("CONDUCTOR_REQUEST_STATES = ({states})#")));
 }
 
@@ -187,9 +224,23 @@ fn activity_families_match_the_python_higgsmeter() {
     assert_eq!(WORKER_ACTIVITY_TIME.labels, ["state", "operation"]);
     assert!(WORKER_CURRENT_STATE.labels.is_empty());
     // The Python package's help texts (tracker.py of higgsmeter 0.1.1).
-    assert_eq!(WORKER_ACTIVITY_TIME.help, "Total seconds spent in each state and operation");
-    for code in ["0=Idle", "1=IO", "2=CPU", "3=GPU", "4=Warmup", "5=Startup", "6=Shutdown"] {
-        assert!(WORKER_CURRENT_STATE.help.contains(code), "help lists {code}");
+    assert_eq!(
+        WORKER_ACTIVITY_TIME.help,
+        "Total seconds spent in each state and operation"
+    );
+    for code in [
+        "0=Idle",
+        "1=IO",
+        "2=CPU",
+        "3=GPU",
+        "4=Warmup",
+        "5=Startup",
+        "6=Shutdown",
+    ] {
+        assert!(
+            WORKER_CURRENT_STATE.help.contains(code),
+            "help lists {code}"
+        );
     }
 }
 
@@ -200,7 +251,10 @@ fn vendored_seed_equals_the_shared_original() {
     match std::fs::read_to_string(&shared) {
         Ok(original) => assert_eq!(original, SEED, "tests/seed/ is a stale copy"),
         // A clone without the shared folder beside it still has the vendored copy.
-        Err(e) => eprintln!("{}: {e}; comparing against the vendored copy only", shared.display()),
+        Err(e) => eprintln!(
+            "{}: {e}; comparing against the vendored copy only",
+            shared.display()
+        ),
     }
 }
 
@@ -217,7 +271,12 @@ fn names_are_unique_and_valid_prometheus_names() {
                 continue;
             }
             // A name may appear in several groups only as the same family.
-            assert_eq!(higgsmeter_catalog::find(f.name), Some(f), "{} differs between groups", f.name);
+            assert_eq!(
+                higgsmeter_catalog::find(f.name),
+                Some(f),
+                "{} differs between groups",
+                f.name
+            );
         }
     }
 }

@@ -1,1 +1,82 @@
-fn main() {}
+//! Cost of a state transition: a scope (enter + exit) through the span path with the
+//! activity layer installed, `set_state`, `#[track_state]`, the disabled path (another
+//! rank in rank-0 mode), and a bare `tracing` Registry span as the floor.
+//!
+//! `cargo bench -p higgsmeter --bench transitions`
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use higgsmeter::{ActivityLayer, AppState, Tracker, track_state};
+use std::hint::black_box;
+use tracing_subscriber::layer::SubscriberExt;
+
+#[track_state(AppState::Cpu, operation = "decode")]
+fn decorated(x: u64) -> u64 {
+    x.wrapping_add(1)
+}
+
+fn transitions(c: &mut Criterion) {
+    let mut g = c.benchmark_group("transition");
+
+    // The floor: one span created and closed through a bare Registry.
+    tracing::subscriber::with_default(tracing_subscriber::registry(), || {
+        g.bench_function("bare_registry_span", |b| {
+            b.iter(|| {
+                let span =
+                    tracing::info_span!("state", state = "gpu", operation = black_box("inference"));
+                drop(black_box(span));
+            })
+        });
+    });
+
+    let tracker = Tracker::new();
+    let subscriber = tracing_subscriber::registry().with(ActivityLayer::new(tracker.clone()));
+    tracing::subscriber::with_default(subscriber, || {
+        g.bench_function("scope_enter_exit", |b| {
+            b.iter(|| {
+                let scope = tracker.scope(AppState::Gpu, black_box("inference"));
+                drop(black_box(scope));
+            })
+        });
+        g.bench_function("set_state", |b| {
+            let mut i = 0u64;
+            b.iter(|| {
+                i += 1;
+                let state = if i & 1 == 0 {
+                    AppState::Idle
+                } else {
+                    AppState::Io
+                };
+                tracker.set_state(state, black_box("waiting_for_work"));
+            })
+        });
+        g.bench_function("non_state_span_with_layer", |b| {
+            b.iter(|| {
+                let span = tracing::info_span!("other", request = black_box(7u64));
+                drop(black_box(span));
+            })
+        });
+        tracker.set_enabled(false);
+        g.bench_function("scope_disabled", |b| {
+            b.iter(|| {
+                let scope = tracker.scope(AppState::Gpu, black_box("inference"));
+                drop(black_box(scope));
+            })
+        });
+        tracker.set_enabled(true);
+    });
+
+    let global = higgsmeter::state_tracker().clone();
+    let subscriber = tracing_subscriber::registry().with(ActivityLayer::new(global));
+    tracing::subscriber::with_default(subscriber, || {
+        g.bench_function("track_state_fn", |b| b.iter(|| decorated(black_box(1))));
+    });
+    g.finish();
+}
+
+criterion_group!(benches, transitions);
+criterion_main!(benches);

@@ -42,14 +42,20 @@ fn table() -> &'static RwLock<Table> {
         let mut ids = HashMap::new();
         ids.insert(empty.clone(), OpId(0));
         ids.insert(overflow.clone(), OpId(1));
-        RwLock::new(Table { ids, names: vec![empty, overflow] })
+        RwLock::new(Table {
+            ids,
+            names: vec![empty, overflow],
+        })
     })
 }
 
 const CACHE_SLOTS: usize = 64;
 
+/// One entry of the per-thread cache: a name and its id.
+type CacheSlot = Option<(Arc<str>, OpId)>;
+
 thread_local! {
-    static CACHE: RefCell<[Option<(Arc<str>, OpId)>; CACHE_SLOTS]> =
+    static CACHE: RefCell<[CacheSlot; CACHE_SLOTS]> =
         const { RefCell::new([const { None }; CACHE_SLOTS]) };
 }
 
@@ -119,7 +125,10 @@ fn intern_slow(name: &str) -> (Arc<str>, OpId) {
 /// The name of an interned id (`""` for an id this table never gave out).
 pub(crate) fn name(id: OpId) -> Arc<str> {
     let t = table().read().unwrap_or_else(|e| e.into_inner());
-    t.names.get(id.index()).cloned().unwrap_or_else(|| Arc::from(""))
+    t.names
+        .get(id.index())
+        .cloned()
+        .unwrap_or_else(|| Arc::from(""))
 }
 
 #[cfg(test)]

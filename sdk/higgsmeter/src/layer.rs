@@ -50,7 +50,9 @@ where
 {
     /// A layer accounting state spans into `tracker`.
     pub fn new(tracker: Tracker) -> Self {
-        ActivityLayer { inner: Accountant::new(tracker).with_filter(StateSpans) }
+        ActivityLayer {
+            inner: Accountant::new(tracker).with_filter(StateSpans),
+        }
     }
 }
 
@@ -110,7 +112,10 @@ where
         self.inner.on_id_change(old, new, ctx)
     }
     #[doc(hidden)]
-    #[allow(unsafe_code, reason = "the trait's method is unsafe; this only forwards it")]
+    #[allow(
+        unsafe_code,
+        reason = "the trait's method is unsafe; this only forwards it"
+    )]
     unsafe fn downcast_raw(&self, id: std::any::TypeId) -> Option<*const ()> {
         // SAFETY: forwarding to the wrapped layer's own `downcast_raw`, whose pointer
         // is valid for as long as `self.inner`, which lives as long as `self`.
@@ -130,7 +135,11 @@ impl<S> Filter<S> for StateSpans {
         is_state_callsite(meta)
     }
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if is_state_callsite(meta) { Interest::always() } else { Interest::never() }
+        if is_state_callsite(meta) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
     }
     fn max_level_hint(&self) -> Option<LevelFilter> {
         None
@@ -145,7 +154,10 @@ struct Accountant {
 
 impl Accountant {
     fn new(tracker: Tracker) -> Self {
-        Accountant { tracker, warned: Mutex::new(HashSet::new()) }
+        Accountant {
+            tracker,
+            warned: Mutex::new(HashSet::new()),
+        }
     }
 
     fn warn_once(&self, meta: &'static Metadata<'static>, value: &str) {
@@ -187,7 +199,9 @@ where
         }
         match fields.state {
             Parsed::State(state) => {
-                let op = fields.operation.unwrap_or_else(|| intern::intern(attrs.metadata().name()));
+                let op = fields
+                    .operation
+                    .unwrap_or_else(|| intern::intern(attrs.metadata().name()));
                 self.tracker.open(id.into_u64(), Key { state, op });
             }
             Parsed::Unknown => self.warn_once(attrs.metadata(), fields.raw.as_str()),
@@ -220,9 +234,10 @@ where
             return;
         }
         let name = ctx.span(id).map(|s| s.metadata().name());
-        self.tracker.record(id.into_u64(), state, fields.operation, || {
-            name.map_or(OpId::NONE, intern::intern)
-        });
+        self.tracker
+            .record(id.into_u64(), state, fields.operation, || {
+                name.map_or(OpId::NONE, intern::intern)
+            });
     }
 
     fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
@@ -329,7 +344,11 @@ struct SmallText {
 
 impl Default for SmallText {
     fn default() -> Self {
-        SmallText { buf: [0; 64], len: 0, truncated: false }
+        SmallText {
+            buf: [0; 64],
+            len: 0,
+            truncated: false,
+        }
     }
 }
 

@@ -34,13 +34,19 @@ pub fn register_activity_instruments(meter: &Meter, tracker: Tracker) -> Activit
             if !activity_tracker.is_enabled() {
                 return;
             }
-            let [state_key, op_key] = [WORKER_ACTIVITY_TIME.labels[0], WORKER_ACTIVITY_TIME.labels[1]];
+            let [state_key, op_key] = [
+                WORKER_ACTIVITY_TIME.labels[0],
+                WORKER_ACTIVITY_TIME.labels[1],
+            ];
             for entry in activity_tracker.snapshot().entries() {
                 observer.observe(
                     entry.seconds(),
                     &[
                         KeyValue::new(state_key, entry.state.as_str()),
-                        KeyValue::new(op_key, opentelemetry::StringValue::from(entry.operation.clone())),
+                        KeyValue::new(
+                            op_key,
+                            opentelemetry::StringValue::from(entry.operation.clone()),
+                        ),
                     ],
                 );
             }
@@ -56,5 +62,8 @@ pub fn register_activity_instruments(meter: &Meter, tracker: Tracker) -> Activit
             }
         })
         .build();
-    ActivityInstruments { _activity: activity, _current: current }
+    ActivityInstruments {
+        _activity: activity,
+        _current: current,
+    }
 }

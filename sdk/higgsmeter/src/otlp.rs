@@ -10,7 +10,10 @@ use crate::telemetry::{OtlpSettings, Protocol};
 /// A periodic reader pushing to the configured OTLP endpoint. Must run inside the
 /// export runtime's context (tonic connects lazily on it).
 pub(crate) fn reader(s: &OtlpSettings) -> Result<PeriodicReader<MetricExporter>, Error> {
-    let endpoint_label = s.endpoint.clone().unwrap_or_else(|| "the OTEL_EXPORTER_OTLP_* endpoint".to_owned());
+    let endpoint_label = s
+        .endpoint
+        .clone()
+        .unwrap_or_else(|| "the OTEL_EXPORTER_OTLP_* endpoint".to_owned());
     let exporter = match s.protocol {
         Protocol::Grpc => {
             let mut b = MetricExporter::builder().with_tonic();
@@ -20,16 +23,20 @@ pub(crate) fn reader(s: &OtlpSettings) -> Result<PeriodicReader<MetricExporter>,
             if !s.headers.is_empty() {
                 let mut map = MetadataMap::new();
                 for (k, v) in &s.headers {
-                    let key = k.parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>().map_err(|_| Error::InvalidSetting {
-                        name: "otlp header",
-                        value: k.clone(),
-                        reason: "not a valid gRPC metadata key (lowercase ASCII)",
-                    })?;
-                    let value = v.parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>().map_err(|_| Error::InvalidSetting {
-                        name: "otlp header",
-                        value: v.clone(),
-                        reason: "not a valid gRPC metadata value (visible ASCII)",
-                    })?;
+                    let key = k
+                        .parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>()
+                        .map_err(|_| Error::InvalidSetting {
+                            name: "otlp header",
+                            value: k.clone(),
+                            reason: "not a valid gRPC metadata key (lowercase ASCII)",
+                        })?;
+                    let value = v
+                        .parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>()
+                        .map_err(|_| Error::InvalidSetting {
+                            name: "otlp header",
+                            value: v.clone(),
+                            reason: "not a valid gRPC metadata value (visible ASCII)",
+                        })?;
                     map.insert(key, value);
                 }
                 b = b.with_metadata(map);
@@ -55,6 +62,11 @@ pub(crate) fn reader(s: &OtlpSettings) -> Result<PeriodicReader<MetricExporter>,
             b.build()
         }
     }
-    .map_err(|source| Error::Otlp { endpoint: endpoint_label, source })?;
-    Ok(PeriodicReader::builder(exporter).with_interval(s.interval).build())
+    .map_err(|source| Error::Otlp {
+        endpoint: endpoint_label,
+        source,
+    })?;
+    Ok(PeriodicReader::builder(exporter)
+        .with_interval(s.interval)
+        .build())
 }

@@ -14,7 +14,13 @@ use crate::error::Error;
 
 /// The exporter reader and the registry it fills. Catalog names are exposition names
 /// already, so no unit or `_total` suffix is added; scope labels are left out.
-pub(crate) fn reader() -> Result<(opentelemetry_prometheus::PrometheusExporter, prometheus::Registry), Error> {
+pub(crate) fn reader() -> Result<
+    (
+        opentelemetry_prometheus::PrometheusExporter,
+        prometheus::Registry,
+    ),
+    Error,
+> {
     let registry = prometheus::Registry::new();
     let exporter = opentelemetry_prometheus::exporter()
         .with_registry(registry.clone())
@@ -44,13 +50,23 @@ impl PromServer {
 }
 
 /// Binds `addr` now (so a taken port is an error from `init()`), then serves on `rt`.
-pub(crate) fn serve(rt: &tokio::runtime::Runtime, addr: SocketAddr, registry: prometheus::Registry) -> Result<PromServer, Error> {
-    let std_listener = std::net::TcpListener::bind(addr).map_err(|source| Error::PrometheusBind { addr, source })?;
-    let local = std_listener.local_addr().map_err(|source| Error::PrometheusBind { addr, source })?;
-    std_listener.set_nonblocking(true).map_err(|source| Error::PrometheusBind { addr, source })?;
+pub(crate) fn serve(
+    rt: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    registry: prometheus::Registry,
+) -> Result<PromServer, Error> {
+    let std_listener = std::net::TcpListener::bind(addr)
+        .map_err(|source| Error::PrometheusBind { addr, source })?;
+    let local = std_listener
+        .local_addr()
+        .map_err(|source| Error::PrometheusBind { addr, source })?;
+    std_listener
+        .set_nonblocking(true)
+        .map_err(|source| Error::PrometheusBind { addr, source })?;
     let listener = {
         let _entered = rt.enter();
-        tokio::net::TcpListener::from_std(std_listener).map_err(|source| Error::PrometheusBind { addr, source })?
+        tokio::net::TcpListener::from_std(std_listener)
+            .map_err(|source| Error::PrometheusBind { addr, source })?
     };
     let (stop, mut stopped) = watch::channel(false);
     rt.spawn(async move {
@@ -72,7 +88,10 @@ pub(crate) fn serve(rt: &tokio::runtime::Runtime, addr: SocketAddr, registry: pr
     Ok(PromServer { addr: local, stop })
 }
 
-async fn handle(req: Request<Incoming>, registry: prometheus::Registry) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(
+    req: Request<Incoming>,
+    registry: prometheus::Registry,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
         let mut resp = Response::new(Full::new(Bytes::from(body)));
         *resp.status_mut() = status;
@@ -82,20 +101,38 @@ async fn handle(req: Request<Incoming>, registry: prometheus::Registry) -> Resul
         Ok(resp)
     };
     if req.method() != Method::GET && req.method() != Method::HEAD {
-        return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", b"only GET /metrics\n".to_vec());
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "text/plain",
+            b"only GET /metrics\n".to_vec(),
+        );
     }
     if req.uri().path() != "/metrics" {
-        return reply(StatusCode::NOT_FOUND, "text/plain", b"metrics are at /metrics\n".to_vec());
+        return reply(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            b"metrics are at /metrics\n".to_vec(),
+        );
     }
     // Gathering reads the tracker (a short lock), so it runs off the accept loop.
     let gathered = tokio::task::spawn_blocking(move || {
         let mut buf = Vec::with_capacity(4096);
-        TextEncoder::new().encode(&registry.gather(), &mut buf).map(|()| buf)
+        TextEncoder::new()
+            .encode(&registry.gather(), &mut buf)
+            .map(|()| buf)
     })
     .await;
     match gathered {
         Ok(Ok(body)) => reply(StatusCode::OK, prometheus::TEXT_FORMAT, body),
-        Ok(Err(e)) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("encoding failed: {e}\n").into_bytes()),
-        Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("gather failed: {e}\n").into_bytes()),
+        Ok(Err(e)) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            format!("encoding failed: {e}\n").into_bytes(),
+        ),
+        Err(e) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain",
+            format!("gather failed: {e}\n").into_bytes(),
+        ),
     }
 }

@@ -9,12 +9,14 @@ use opentelemetry::KeyValue;
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
-use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::metrics::{
+    MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality,
+};
 use opentelemetry_sdk::resource::EnvResourceDetector;
+use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::Layer as _;
 
 use higgsmeter_catalog::STATUS_INTERVAL_S;
 
@@ -132,7 +134,11 @@ impl TelemetryBuilder {
     }
 
     /// Adds a resource attribute (wins over `OTEL_RESOURCE_ATTRIBUTES` and the defaults).
-    pub fn with_resource_attribute(mut self, key: &'static str, value: impl Into<opentelemetry::Value>) -> Self {
+    pub fn with_resource_attribute(
+        mut self,
+        key: &'static str,
+        value: impl Into<opentelemetry::Value>,
+    ) -> Self {
         self.attributes.push(KeyValue::new(key, value));
         self
     }
@@ -204,10 +210,19 @@ impl TelemetryBuilder {
 
     /// Adds an exporter of your own, pushed every `interval` (e.g. an in-memory
     /// exporter in tests).
-    pub fn with_periodic_exporter<E: PushMetricExporter>(mut self, exporter: E, interval: Duration) -> Self {
-        self.extra_readers.push(Box::new(move |builder: MeterProviderBuilder| {
-            builder.with_reader(PeriodicReader::builder(exporter).with_interval(interval).build())
-        }));
+    pub fn with_periodic_exporter<E: PushMetricExporter>(
+        mut self,
+        exporter: E,
+        interval: Duration,
+    ) -> Self {
+        self.extra_readers
+            .push(Box::new(move |builder: MeterProviderBuilder| {
+                builder.with_reader(
+                    PeriodicReader::builder(exporter)
+                        .with_interval(interval)
+                        .build(),
+                )
+            }));
         self
     }
 
@@ -217,8 +232,16 @@ impl TelemetryBuilder {
         let tracker = self.tracker.clone();
 
         if settings.disabled {
-            let subscriber_installed = self.install_subscriber && install_subscriber(&tracker, self.log_to_stderr)?;
-            return Ok(Telemetry { tracker, provider: None, instruments: None, runtime: None, prometheus: None, subscriber_installed });
+            let subscriber_installed =
+                self.install_subscriber && install_subscriber(&tracker, self.log_to_stderr)?;
+            return Ok(Telemetry {
+                tracker,
+                provider: None,
+                instruments: None,
+                runtime: None,
+                prometheus: None,
+                subscriber_installed,
+            });
         }
 
         let needs_runtime = settings.otlp.is_some() || settings.prometheus_addr.is_some();
@@ -247,7 +270,11 @@ impl TelemetryBuilder {
             .spawn(move || build_provider(resource, otlp, extra_readers, prometheus_addr, handle))
             .map_err(Error::Runtime)?
             .join()
-            .unwrap_or_else(|_| Err(Error::Runtime(std::io::Error::other("provider build panicked"))))?;
+            .unwrap_or_else(|_| {
+                Err(Error::Runtime(std::io::Error::other(
+                    "provider build panicked",
+                )))
+            })?;
         let (provider, prometheus_registry) = built;
 
         let meter = provider.meter("higgsmeter");
@@ -267,7 +294,8 @@ impl TelemetryBuilder {
             None
         };
 
-        let subscriber_installed = self.install_subscriber && install_subscriber(&tracker, self.log_to_stderr)?;
+        let subscriber_installed =
+            self.install_subscriber && install_subscriber(&tracker, self.log_to_stderr)?;
         Ok(Telemetry {
             tracker,
             provider: Some(provider),
@@ -294,7 +322,9 @@ fn install_subscriber(tracker: &Tracker, log_to_stderr: bool) -> Result<bool, Er
             .ok()
             .and_then(|v| v.parse::<Targets>().ok())
             .unwrap_or_else(|| Targets::new().with_default(tracing::Level::WARN));
-        tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter)
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_filter(filter)
     });
     let subscriber = tracing_subscriber::registry()
         .with(fmt_layer)
@@ -329,15 +359,18 @@ fn env(read: bool, name: &str) -> Option<String> {
 impl Settings {
     fn resolve(b: &TelemetryBuilder) -> Result<Settings, Error> {
         let read = b.read_env;
-        let disabled = env(read, "OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        let disabled =
+            env(read, "OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
 
         let endpoint_set = b.otlp_endpoint.is_some()
             || env(read, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some()
             || env(read, "OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
         let otlp = if endpoint_set {
-            let protocol = match (b.otlp_protocol, env(read, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
-                .or_else(|| env(read, "OTEL_EXPORTER_OTLP_PROTOCOL")))
-            {
+            let protocol = match (
+                b.otlp_protocol,
+                env(read, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
+                    .or_else(|| env(read, "OTEL_EXPORTER_OTLP_PROTOCOL")),
+            ) {
                 (Some(p), _) => p,
                 (None, Some(v)) => Protocol::parse(&v)?,
                 (None, None) => Protocol::HttpProtobuf,
@@ -356,7 +389,10 @@ impl Settings {
                 },
                 (None, None) => Duration::from_secs_f64(STATUS_INTERVAL_S),
             };
-            let temporality = match (b.temporality, env(read, "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE")) {
+            let temporality = match (
+                b.temporality,
+                env(read, "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE"),
+            ) {
                 (Some(t), _) => Some(t),
                 (None, Some(v)) => Some(match v.trim().to_ascii_lowercase().as_str() {
                     "cumulative" => Temporality::Cumulative,
@@ -376,18 +412,30 @@ impl Settings {
                 Protocol::HttpProtobuf => http_metrics_url(e),
                 Protocol::Grpc => e.clone(),
             });
-            Some(OtlpSettings { endpoint, protocol, headers: b.otlp_headers.clone(), interval, temporality })
+            Some(OtlpSettings {
+                endpoint,
+                protocol,
+                headers: b.otlp_headers.clone(),
+                interval,
+                temporality,
+            })
         } else {
             None
         };
 
         let prometheus_addr = match (b.prometheus_addr, env(read, PROMETHEUS_ADDR_ENV)) {
             (Some(a), _) => Some(a),
-            (None, Some(v)) => Some(v.trim().parse::<SocketAddr>().map_err(|_| Error::InvalidSetting {
-                name: "HIGGSMETER_PROMETHEUS_ADDR",
-                value: v.clone(),
-                reason: "expected IP:PORT, e.g. 127.0.0.1:9464",
-            })?),
+            (None, Some(v)) => {
+                Some(
+                    v.trim()
+                        .parse::<SocketAddr>()
+                        .map_err(|_| Error::InvalidSetting {
+                            name: "HIGGSMETER_PROMETHEUS_ADDR",
+                            value: v.clone(),
+                            reason: "expected IP:PORT, e.g. 127.0.0.1:9464",
+                        })?,
+                )
+            }
             (None, None) => None,
         };
         #[cfg(not(feature = "prometheus"))]
@@ -407,7 +455,12 @@ impl Settings {
             });
         }
 
-        Ok(Settings { disabled, resource: resource(b, read)?, otlp, prometheus_addr })
+        Ok(Settings {
+            disabled,
+            resource: resource(b, read)?,
+            otlp,
+            prometheus_addr,
+        })
     }
 }
 
@@ -415,7 +468,11 @@ impl Settings {
 fn http_metrics_url(base: &str) -> String {
     let trimmed = base.trim_end_matches('/');
     let after_scheme = trimmed.split_once("://").map_or(trimmed, |(_, rest)| rest);
-    if after_scheme.contains('/') { trimmed.to_owned() } else { format!("{trimmed}/v1/metrics") }
+    if after_scheme.contains('/') {
+        trimmed.to_owned()
+    } else {
+        format!("{trimmed}/v1/metrics")
+    }
 }
 
 fn resource(b: &TelemetryBuilder, read: bool) -> Result<Resource, Error> {
@@ -427,7 +484,11 @@ fn resource(b: &TelemetryBuilder, read: bool) -> Result<Resource, Error> {
         KeyValue::new("telemetry.sdk.language", "rust"),
         KeyValue::new("telemetry.sdk.version", env!("CARGO_PKG_VERSION")),
     ];
-    for (var, key) in [("RANK", "rank"), ("WORLD_SIZE", "world_size"), ("LOCAL_RANK", "local_rank")] {
+    for (var, key) in [
+        ("RANK", "rank"),
+        ("WORLD_SIZE", "world_size"),
+        ("LOCAL_RANK", "local_rank"),
+    ] {
         if let Some(v) = env(read, var) {
             let n = v.trim().parse::<i64>().map_err(|_| Error::InvalidSetting {
                 name: match var {
@@ -450,10 +511,18 @@ fn resource(b: &TelemetryBuilder, read: bool) -> Result<Resource, Error> {
         .service_name
         .clone()
         .or_else(|| env(read, "OTEL_SERVICE_NAME"))
-        .or_else(|| from_env.get(&opentelemetry::Key::from_static_str("service.name")).map(|v| v.to_string()))
+        .or_else(|| {
+            from_env
+                .get(&opentelemetry::Key::from_static_str("service.name"))
+                .map(|v| v.to_string())
+        })
         .unwrap_or_else(exe_name);
     Ok(Resource::builder_empty()
-        .with_attributes(from_env.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())))
+        .with_attributes(
+            from_env
+                .iter()
+                .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
+        )
         .with_attributes(b.attributes.iter().cloned())
         .with_service_name(service_name)
         .build())
@@ -478,7 +547,9 @@ fn host_name() -> String {
 /// A random (version 4) UUID for `service.instance.id`.
 fn instance_id() -> String {
     use std::hash::{BuildHasher, Hasher};
-    let seed = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
     let mut words = [0u64; 2];
     for (i, w) in words.iter_mut().enumerate() {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -608,7 +679,9 @@ impl Telemetry {
                 .spawn(move || provider.force_flush());
             match done.map(|h| h.join()) {
                 Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => tracing::warn!(target: "higgsmeter", error = %e, "metric flush failed"),
+                Ok(Ok(Err(e))) => {
+                    tracing::warn!(target: "higgsmeter", error = %e, "metric flush failed")
+                }
                 _ => tracing::warn!(target: "higgsmeter", "metric flush thread failed"),
             }
         }
@@ -626,13 +699,15 @@ impl Drop for Telemetry {
         if let Some(provider) = self.provider.take() {
             // Shut down off the caller's thread: exporter clients must not be dropped
             // inside an async runtime, and the final export needs our runtime running.
-            let shutdown = std::thread::Builder::new().name("higgsmeter-shutdown".into()).spawn(move || {
-                let flushed = provider.force_flush();
-                let shut = provider.shutdown();
-                drop(instruments);
-                drop(provider);
-                (flushed, shut)
-            });
+            let shutdown = std::thread::Builder::new()
+                .name("higgsmeter-shutdown".into())
+                .spawn(move || {
+                    let _instruments = instruments; // callbacks stay registered until the end
+                    let flushed = provider.force_flush();
+                    let shut = provider.shutdown();
+                    drop(provider);
+                    (flushed, shut)
+                });
             match shutdown.map(|h| h.join()) {
                 Ok(Ok((Ok(()), Ok(())))) => {}
                 Ok(Ok((flushed, shut))) => {
@@ -667,9 +742,18 @@ mod tests {
 
     #[test]
     fn http_endpoints_get_the_metrics_path_once() {
-        assert_eq!(http_metrics_url("http://127.0.0.1:4318"), "http://127.0.0.1:4318/v1/metrics");
-        assert_eq!(http_metrics_url("http://127.0.0.1:4318/"), "http://127.0.0.1:4318/v1/metrics");
-        assert_eq!(http_metrics_url("http://h:4318/custom/path"), "http://h:4318/custom/path");
+        assert_eq!(
+            http_metrics_url("http://127.0.0.1:4318"),
+            "http://127.0.0.1:4318/v1/metrics"
+        );
+        assert_eq!(
+            http_metrics_url("http://127.0.0.1:4318/"),
+            "http://127.0.0.1:4318/v1/metrics"
+        );
+        assert_eq!(
+            http_metrics_url("http://h:4318/custom/path"),
+            "http://h:4318/custom/path"
+        );
     }
 
     #[test]
@@ -684,6 +768,9 @@ mod tests {
     #[test]
     fn bad_protocol_is_a_clear_error() {
         let err = Protocol::parse("http/json").unwrap_err().to_string();
-        assert!(err.contains("grpc") && err.contains("http/protobuf"), "{err}");
+        assert!(
+            err.contains("grpc") && err.contains("http/protobuf"),
+            "{err}"
+        );
     }
 }

@@ -122,7 +122,10 @@ impl Tracker {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let clock = clock.into();
         let origin = clock.now_nanos();
-        let base = Key { state: AppState::Startup, op: OpId::NONE };
+        let base = Key {
+            state: AppState::Startup,
+            op: OpId::NONE,
+        };
         let mut timeline = Timeline {
             base,
             frames: Vec::with_capacity(16),
@@ -171,7 +174,10 @@ impl Tracker {
             return;
         }
         self.emit_warnings();
-        let key = Key { state, op: intern::intern(operation) };
+        let key = Key {
+            state,
+            op: intern::intern(operation),
+        };
         let mut t = self.lock();
         let now = self.inner.clock.now_nanos();
         t.commit(now);
@@ -200,10 +206,14 @@ impl Tracker {
     #[must_use = "the scope ends when this guard drops; bind it with `let _scope = ...`"]
     pub fn scope(&self, state: AppState, operation: &str) -> StateScope {
         if !self.is_enabled() {
-            return StateScope { span: tracing::Span::none() };
+            return StateScope {
+                span: tracing::Span::none(),
+            };
         }
         self.emit_warnings();
-        StateScope { span: span::state_span(self.id(), state, operation) }
+        StateScope {
+            span: span::state_span(self.id(), state, operation),
+        }
     }
 
     /// The span of a state scope, to `instrument` a future with or to enter by hand;
@@ -264,7 +274,11 @@ impl Tracker {
                 if current.state == state && current.op == op {
                     nanos += live;
                 }
-                entries.push(SnapshotEntry { state, operation: name.clone(), nanos });
+                entries.push(SnapshotEntry {
+                    state,
+                    operation: name.clone(),
+                    nanos,
+                });
             }
         }
         Snapshot {
@@ -279,7 +293,11 @@ impl Tracker {
     /// Queues a warning to be logged outside the subscriber callback.
     #[cold]
     pub(crate) fn defer_warning(&self, message: String) {
-        self.inner.warnings.lock().unwrap_or_else(|e| e.into_inner()).push(message);
+        self.inner
+            .warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(message);
         self.inner.has_warnings.store(true, Ordering::Release);
     }
 
@@ -293,7 +311,13 @@ impl Tracker {
     #[cold]
     fn emit_warnings_slow(&self) {
         self.inner.has_warnings.store(false, Ordering::Release);
-        let queued = std::mem::take(&mut *self.inner.warnings.lock().unwrap_or_else(|e| e.into_inner()));
+        let queued = std::mem::take(
+            &mut *self
+                .inner
+                .warnings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
         for message in queued {
             tracing::warn!(target: "higgsmeter", "{message}");
         }
@@ -342,7 +366,10 @@ impl Tracker {
                 return;
             };
             let pending_op = pending.map(|i| t.pending.swap_remove(i).1);
-            let key = Key { state, op: op.or(pending_op).unwrap_or_else(default_op) };
+            let key = Key {
+                state,
+                op: op.or(pending_op).unwrap_or_else(default_op),
+            };
             let now = self.inner.clock.now_nanos();
             t.commit(now);
             t.frames.push(Frame { span, key });
@@ -354,7 +381,10 @@ impl Tracker {
             t.commit(now);
         }
         let frame = &mut t.frames[pos];
-        let key = Key { state: state.unwrap_or(frame.key.state), op: op.unwrap_or(frame.key.op) };
+        let key = Key {
+            state: state.unwrap_or(frame.key.state),
+            op: op.unwrap_or(frame.key.op),
+        };
         frame.key = key;
         t.mark_seen(key);
         self.publish(&t);
@@ -385,12 +415,17 @@ impl Tracker {
     #[inline]
     fn lock(&self) -> MutexGuard<'_, Timeline> {
         // The timeline stays consistent even if a holder panicked (nothing in it can).
-        self.inner.timeline.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner
+            .timeline
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     #[inline]
     fn publish(&self, t: &Timeline) {
-        self.inner.current_code.store(t.current().state.code(), Ordering::Relaxed);
+        self.inner
+            .current_code
+            .store(t.current().state.code(), Ordering::Relaxed);
     }
 }
 
@@ -458,7 +493,13 @@ impl Snapshot {
 
     /// Time in `state`, over all operations.
     pub fn total(&self, state: AppState) -> Duration {
-        Duration::from_nanos(self.entries.iter().filter(|e| e.state == state).map(|e| e.nanos).sum())
+        Duration::from_nanos(
+            self.entries
+                .iter()
+                .filter(|e| e.state == state)
+                .map(|e| e.nanos)
+                .sum(),
+        )
     }
 
     /// Time over every (state, operation); always equals [`elapsed`](Snapshot::elapsed).

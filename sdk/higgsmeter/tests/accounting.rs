@@ -1,5 +1,10 @@
 //! The state semantics of DESIGN.md, pinned with a manual clock: exact, sleep-free.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 mod support;
 
 use std::sync::atomic::Ordering;
@@ -150,7 +155,9 @@ fn eight_threads_with_random_overlapping_scopes_sum_to_wall_time() {
                             let idx = (rng >> 8) as usize % open.len();
                             drop(open.swap_remove(idx));
                         } else if open.len() < 6 {
-                            open.push(t.scope(state, ["op_a", "op_b", "op_c"][(rng >> 4) as usize % 3]));
+                            open.push(
+                                t.scope(state, ["op_a", "op_b", "op_c"][(rng >> 4) as usize % 3]),
+                            );
                         }
                         if rng % 5 == 0 {
                             t.set_state(state, "set");
@@ -177,7 +184,11 @@ fn eight_threads_with_random_overlapping_scopes_sum_to_wall_time() {
 #[test]
 fn a_hundred_async_tasks_on_a_multi_thread_runtime_sum_to_wall_time() {
     let (t, clock, d) = manual();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         t.set_state(AppState::Idle, "accept");
         let mut handles = Vec::new();
@@ -193,14 +204,21 @@ fn a_hundred_async_tasks_on_a_multi_thread_runtime_sum_to_wall_time() {
                         tokio::task::yield_now().await;
                         if step % 5 == 0 {
                             let inner = t.span(AppState::Gpu, "inner");
-                            async { tokio::task::yield_now().await }.instrument(inner).await;
+                            async { tokio::task::yield_now().await }
+                                .instrument(inner)
+                                .await;
                         }
                     }
                 }
             };
             // The span is created with the future, so the whole life is covered.
             let span = t.span(state, "request");
-            handles.push(tokio::spawn(tracing::instrument::WithSubscriber::with_subscriber(fut.instrument(span), d.clone())));
+            handles.push(tokio::spawn(
+                tracing::instrument::WithSubscriber::with_subscriber(
+                    fut.instrument(span),
+                    d.clone(),
+                ),
+            ));
         }
         for h in handles {
             h.await.unwrap();
@@ -217,8 +235,13 @@ fn dropping_an_instrumented_future_closes_its_state() {
     let (t, clock, d) = manual();
     tracing::dispatcher::with_default(&d, || {
         t.set_state(AppState::Idle, "");
-        let fut = async { std::future::pending::<()>().await }.instrument(t.span(AppState::Io, "never"));
-        assert_eq!(t.current_state(), AppState::Io, "in io from creation, before any poll");
+        let fut =
+            async { std::future::pending::<()>().await }.instrument(t.span(AppState::Io, "never"));
+        assert_eq!(
+            t.current_state(),
+            AppState::Io,
+            "in io from creation, before any poll"
+        );
         clock.advance(ms(6));
         drop(fut);
         assert_eq!(t.current_state(), AppState::Idle);
@@ -283,7 +306,9 @@ fn an_unknown_state_is_ignored_with_one_warning_per_callsite() {
     let clock = ManualClock::new();
     let t = Tracker::with_clock(clock.clone());
     let warns = WarnCounter::default();
-    let subscriber = tracing_subscriber::registry().with(warns.clone()).with(ActivityLayer::new(t.clone()));
+    let subscriber = tracing_subscriber::registry()
+        .with(warns.clone())
+        .with(ActivityLayer::new(t.clone()));
     tracing::subscriber::with_default(subscriber, || {
         t.set_state(AppState::Idle, "");
         for _ in 0..3 {
@@ -296,9 +321,17 @@ fn an_unknown_state_is_ignored_with_one_warning_per_callsite() {
         assert_eq!(warns.0.load(Ordering::SeqCst), 0);
         t.snapshot();
     });
-    assert_eq!(warns.0.load(Ordering::SeqCst), 2, "one warning per callsite");
+    assert_eq!(
+        warns.0.load(Ordering::SeqCst),
+        2,
+        "one warning per callsite"
+    );
     let s = t.snapshot();
-    assert_eq!(at(&s, AppState::Idle, ""), ms(4), "time stays in the current state");
+    assert_eq!(
+        at(&s, AppState::Idle, ""),
+        ms(4),
+        "time stays in the current state"
+    );
     assert_exact(&s);
 }
 

@@ -1,5 +1,10 @@
 //! No heap allocation per transition once warmed up, counted by a counting allocator.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
@@ -67,7 +72,10 @@ fn transitions_do_not_allocate_after_warm_up() {
         };
         work(64); // warm-up: interning, the registry's slab pages, the frame vector
         let n = allocations_during(|| work(10_000));
-        assert_eq!(n, 0, "allocations in 10k iterations of 2 scopes + 2 set_state + 1 #[track_state]");
+        assert_eq!(
+            n, 0,
+            "allocations in 10k iterations of 2 scopes + 2 set_state + 1 #[track_state]"
+        );
     });
     let snap = tracker.snapshot();
     assert_eq!(snap.sum(), snap.elapsed());

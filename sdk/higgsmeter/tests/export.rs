@@ -1,5 +1,10 @@
 //! The activity families through a real OpenTelemetry pipeline (in-memory exporter).
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 mod support;
 
 use std::time::Duration;
@@ -20,7 +25,9 @@ fn activity(rm: &ResourceMetrics) -> Vec<(String, String, f64)> {
             }
             assert_eq!(m.unit(), "s");
             assert_eq!(m.description(), WORKER_ACTIVITY_TIME.help);
-            let AggregatedMetrics::F64(MetricData::Sum(sum)) = m.data() else { panic!("f64 sum") };
+            let AggregatedMetrics::F64(MetricData::Sum(sum)) = m.data() else {
+                panic!("f64 sum")
+            };
             assert!(sum.is_monotonic());
             for p in sum.data_points() {
                 let mut state = String::new();
@@ -41,14 +48,21 @@ fn activity(rm: &ResourceMetrics) -> Vec<(String, String, f64)> {
 }
 
 fn current_state(rm: &ResourceMetrics) -> Option<i64> {
-    rm.scope_metrics().flat_map(|sm| sm.metrics()).find(|m| m.name() == WORKER_CURRENT_STATE.name).map(|m| {
-        let AggregatedMetrics::I64(MetricData::Gauge(g)) = m.data() else { panic!("i64 gauge") };
-        g.data_points().next().expect("one point").value()
-    })
+    rm.scope_metrics()
+        .flat_map(|sm| sm.metrics())
+        .find(|m| m.name() == WORKER_CURRENT_STATE.name)
+        .map(|m| {
+            let AggregatedMetrics::I64(MetricData::Gauge(g)) = m.data() else {
+                panic!("i64 gauge")
+            };
+            g.data_points().next().expect("one point").value()
+        })
 }
 
 fn seconds(v: &[(String, String, f64)], state: &str, op: &str) -> f64 {
-    v.iter().find(|(s, o, _)| s == state && o == op).map_or(0.0, |x| x.2)
+    v.iter()
+        .find(|(s, o, _)| s == state && o == op)
+        .map_or(0.0, |x| x.2)
 }
 
 #[test]
@@ -74,17 +88,28 @@ fn exports_taken_mid_state_show_live_time_and_never_decrease() {
             let exported = exporter.get_finished_metrics().unwrap();
             let rm = exported.last().unwrap();
             let v = activity(rm);
-            assert_eq!(seconds(&v, "gpu", "inference"), 0.5 * step as f64, "live gpu time at step {step}");
+            assert_eq!(
+                seconds(&v, "gpu", "inference"),
+                0.5 * step as f64,
+                "live gpu time at step {step}"
+            );
             assert_eq!(current_state(rm), Some(i64::from(AppState::Gpu.code())));
             let total: f64 = v.iter().map(|x| x.2).sum();
             assert!(total >= last_total, "cumulative totals never decrease");
-            assert_eq!(total, 0.5 + 0.5 * step as f64, "sum = wall time since start");
+            assert_eq!(
+                total,
+                0.5 + 0.5 * step as f64,
+                "sum = wall time since start"
+            );
             last_total = total;
         }
         drop(gpu);
         telemetry.force_flush();
         let exported = exporter.get_finished_metrics().unwrap();
-        assert_eq!(current_state(exported.last().unwrap()), Some(i64::from(AppState::Idle.code())));
+        assert_eq!(
+            current_state(exported.last().unwrap()),
+            Some(i64::from(AppState::Idle.code()))
+        );
     });
     drop(telemetry);
 }
@@ -92,7 +117,9 @@ fn exports_taken_mid_state_show_live_time_and_never_decrease() {
 #[test]
 fn delta_temporality_exports_increments_that_add_up() {
     let (tracker, clock, dispatch) = manual();
-    let exporter = opentelemetry_sdk::metrics::InMemoryMetricExporterBuilder::new().with_temporality(Temporality::Delta).build();
+    let exporter = opentelemetry_sdk::metrics::InMemoryMetricExporterBuilder::new()
+        .with_temporality(Temporality::Delta)
+        .build();
     let telemetry = Telemetry::builder()
         .with_env(false)
         .with_subscriber(false)
@@ -103,13 +130,19 @@ fn delta_temporality_exports_increments_that_add_up() {
         .unwrap();
     let mut sum = 0.0;
     tracing::dispatcher::with_default(&dispatch, || {
-        for (i, state) in [AppState::Io, AppState::Gpu, AppState::Cpu, AppState::Idle].into_iter().enumerate() {
+        for (i, state) in [AppState::Io, AppState::Gpu, AppState::Cpu, AppState::Idle]
+            .into_iter()
+            .enumerate()
+        {
             tracker.set_state(state, "loop");
             clock.advance(ms(250 * (i as u64 + 1)));
             telemetry.force_flush();
             let exported = exporter.get_finished_metrics().unwrap();
             let v = activity(exported.last().unwrap());
-            assert!(v.iter().all(|x| x.2 >= 0.0), "no negative increments: {v:?}");
+            assert!(
+                v.iter().all(|x| x.2 >= 0.0),
+                "no negative increments: {v:?}"
+            );
             sum += v.iter().map(|x| x.2).sum::<f64>();
         }
     });
@@ -129,13 +162,25 @@ fn every_state_code_is_the_seeds() {
         .with_periodic_exporter(exporter.clone(), Duration::from_secs(3600))
         .init()
         .unwrap();
-    let expected = [("idle", 0), ("io", 1), ("cpu", 2), ("gpu", 3), ("warmup", 4), ("startup", 5), ("shutdown", 6)];
+    let expected = [
+        ("idle", 0),
+        ("io", 1),
+        ("cpu", 2),
+        ("gpu", 3),
+        ("warmup", 4),
+        ("startup", 5),
+        ("shutdown", 6),
+    ];
     tracing::dispatcher::with_default(&dispatch, || {
         for (name, code) in expected {
             let _s = tracker.scope(name.parse().unwrap(), "");
             telemetry.force_flush();
             let exported = exporter.get_finished_metrics().unwrap();
-            assert_eq!(current_state(exported.last().unwrap()), Some(code), "{name}");
+            assert_eq!(
+                current_state(exported.last().unwrap()),
+                Some(code),
+                "{name}"
+            );
         }
     });
 }

@@ -2,6 +2,11 @@
 //!
 //! One test in this binary, so nothing else touches the global tracker meanwhile.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 use std::time::Duration;
 
 use higgsmeter::{ActivityLayer, AppState, state_tracker, track_state};
@@ -10,7 +15,10 @@ use tracing_subscriber::layer::SubscriberExt;
 #[track_state(AppState::Io)]
 fn download_data(url: &str) -> usize {
     if state_tracker().is_enabled() {
-        assert_eq!(state_tracker().current(), (AppState::Io, "download_data".into()));
+        assert_eq!(
+            state_tracker().current(),
+            (AppState::Io, "download_data".into())
+        );
     }
     std::thread::sleep(Duration::from_millis(2));
     url.len()
@@ -18,7 +26,10 @@ fn download_data(url: &str) -> usize {
 
 #[track_state(AppState::Io, operation = "s3_download")]
 async fn get(key: &str) -> Result<String, std::num::ParseIntError> {
-    assert_eq!(state_tracker().current(), (AppState::Io, "s3_download".into()));
+    assert_eq!(
+        state_tracker().current(),
+        (AppState::Io, "s3_download".into())
+    );
     tokio::time::sleep(Duration::from_millis(2)).await; // awaiting counts as io
     let n: u32 = key.parse()?; // `?` infers through the instrumented body
     if n == 0 {
@@ -32,7 +43,10 @@ struct S3Client;
 impl S3Client {
     #[track_state(AppState::Cpu)]
     fn checksum(&self, data: &[u8]) -> u32 {
-        assert_eq!(state_tracker().current(), (AppState::Cpu, "checksum".into()));
+        assert_eq!(
+            state_tracker().current(),
+            (AppState::Cpu, "checksum".into())
+        );
         data.iter().map(|b| u32::from(*b)).sum()
     }
 
@@ -55,11 +69,17 @@ fn track_state_covers_sync_and_async_functions() {
     tracing::subscriber::with_default(subscriber, || {
         tracker.set_state(AppState::Idle, "waiting_for_work");
         assert_eq!(download_data("s3://b/k"), 8);
-        assert_eq!(tracker.current(), (AppState::Idle, "waiting_for_work".into()));
+        assert_eq!(
+            tracker.current(),
+            (AppState::Idle, "waiting_for_work".into())
+        );
         assert_eq!(S3Client.checksum(&[1, 2, 3]), 6);
         assert!(fails().is_err());
 
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async {
             assert_eq!(get("7").await.unwrap(), "7");
             assert_eq!(get("0").await.unwrap(), "zero");
@@ -77,7 +97,10 @@ fn track_state_covers_sync_and_async_functions() {
         (AppState::Cpu, "fails"),
         (AppState::Gpu, "inference"),
     ] {
-        assert!(snap.get(state, op).is_some(), "{state}/{op} was tracked: {snap:#?}");
+        assert!(
+            snap.get(state, op).is_some(),
+            "{state}/{op} was tracked: {snap:#?}"
+        );
     }
     // The sleeps inside the scopes were counted there (at least their nominal length).
     assert!(snap.get(AppState::Io, "download_data").unwrap() >= Duration::from_millis(2));

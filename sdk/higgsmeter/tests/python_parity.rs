@@ -3,18 +3,32 @@
 //! clock the very same values, each side summing to its wall time. The Rust side is
 //! scraped from the real in-process Prometheus endpoint and passes `promtool`.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 mod support;
 
 use std::time::Duration;
 
 use higgsmeter::catalog::{WORKER_ACTIVITY_TIME, WORKER_CURRENT_STATE};
 use higgsmeter::{AppState, ManualClock, Telemetry, Tracker};
-use support::{ExpoFamily, http_get, ms, parse_exposition, promtool_check_metrics, python, repo_root};
+use support::{
+    ExpoFamily, http_get, ms, parse_exposition, promtool_check_metrics, python, repo_root,
+};
 
 fn python_exposition() -> String {
     let script = repo_root().join("sdk/higgsmeter/tests/python/seed_quickstart.py");
-    let out = std::process::Command::new(python()).arg(script).output().expect("run python");
-    assert!(out.status.success(), "python failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new(python())
+        .arg(script)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "python failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -61,8 +75,13 @@ fn rust_exposition() -> String {
     body
 }
 
-fn family<'a>(all: &'a std::collections::BTreeMap<String, ExpoFamily>, name: &str, side: &str) -> &'a ExpoFamily {
-    all.get(name).unwrap_or_else(|| panic!("{side} exposition has no {name}: {all:#?}"))
+fn family<'a>(
+    all: &'a std::collections::BTreeMap<String, ExpoFamily>,
+    name: &str,
+    side: &str,
+) -> &'a ExpoFamily {
+    all.get(name)
+        .unwrap_or_else(|| panic!("{side} exposition has no {name}: {all:#?}"))
 }
 
 #[test]
@@ -78,24 +97,49 @@ fn the_seed_quick_start_matches_the_python_higgsmeter() {
         assert_eq!(p.kind, r.kind, "{name}: TYPE");
         assert_eq!(p.help, r.help, "{name}: HELP");
         let label_sets = |f: &ExpoFamily| -> std::collections::BTreeSet<(String, Vec<String>)> {
-            f.samples.keys().map(|(n, l)| (n.clone(), l.iter().map(|(k, _)| k.clone()).collect())).collect()
+            f.samples
+                .keys()
+                .map(|(n, l)| (n.clone(), l.iter().map(|(k, _)| k.clone()).collect()))
+                .collect()
         };
-        assert_eq!(label_sets(p), label_sets(r), "{name}: sample names and label keys");
+        assert_eq!(
+            label_sets(p),
+            label_sets(r),
+            "{name}: sample names and label keys"
+        );
         assert_eq!(p.samples.len(), r.samples.len(), "{name}: same series");
         for (key, pv) in &p.samples {
-            let rv = r.samples.get(key).unwrap_or_else(|| panic!("rust lacks {key:?}"));
+            let rv = r
+                .samples
+                .get(key)
+                .unwrap_or_else(|| panic!("rust lacks {key:?}"));
             assert!((pv - rv).abs() < 1e-9, "{key:?}: python {pv} vs rust {rv}");
         }
     }
-    assert_eq!(family(&rs, WORKER_ACTIVITY_TIME.name, "rust").kind, "counter");
+    assert_eq!(
+        family(&rs, WORKER_ACTIVITY_TIME.name, "rust").kind,
+        "counter"
+    );
     // Final state: shutdown = 6 on both sides.
     let state_value = |f: &ExpoFamily| *f.samples.values().next().unwrap();
-    assert_eq!(state_value(family(&py, WORKER_CURRENT_STATE.name, "python")), 6.0);
-    assert_eq!(state_value(family(&rs, WORKER_CURRENT_STATE.name, "rust")), 6.0);
+    assert_eq!(
+        state_value(family(&py, WORKER_CURRENT_STATE.name, "python")),
+        6.0
+    );
+    assert_eq!(
+        state_value(family(&rs, WORKER_CURRENT_STATE.name, "rust")),
+        6.0
+    );
     // Each side sums to its wall time: 0.5 + 1.0 + 2.0 + 0.25 + 0.5 + 0.125 s.
     for (side, all) in [("python", &py), ("rust", &rs)] {
-        let total: f64 = family(all, WORKER_ACTIVITY_TIME.name, side).samples.values().sum();
-        assert!((total - 4.375).abs() < 1e-9, "{side}: activity sums to {total}, wall time 4.375");
+        let total: f64 = family(all, WORKER_ACTIVITY_TIME.name, side)
+            .samples
+            .values()
+            .sum();
+        assert!(
+            (total - 4.375).abs() < 1e-9,
+            "{side}: activity sums to {total}, wall time 4.375"
+        );
     }
 }
 
@@ -111,6 +155,9 @@ fn a_taken_port_is_a_clear_error() {
         .init()
         .unwrap_err()
         .to_string();
-    assert!(err.contains("could not listen for Prometheus scrapes"), "{err}");
+    assert!(
+        err.contains("could not listen for Prometheus scrapes"),
+        "{err}"
+    );
     let _ = Duration::ZERO;
 }

@@ -1,5 +1,10 @@
 //! Compile-time behaviour of `#[track_state]`: what compiles, and misuse as clear errors.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 #[test]
 fn ui() {
     let t = trybuild::TestCases::new();

@@ -37,15 +37,23 @@ impl Parse for Args {
             if key != "operation" {
                 return Err(syn::Error::new(
                     key.span(),
-                    format!("#[track_state]: unknown argument `{key}`; the only one is `operation = \"...\"`"),
+                    format!(
+                        "#[track_state]: unknown argument `{key}`; the only one is `operation = \"...\"`"
+                    ),
                 ));
             }
             if operation.is_some() {
-                return Err(syn::Error::new(key.span(), "#[track_state]: `operation` given twice"));
+                return Err(syn::Error::new(
+                    key.span(),
+                    "#[track_state]: `operation` given twice",
+                ));
             }
             input.parse::<Token![=]>()?;
             let value: LitStr = input.parse().map_err(|e| {
-                syn::Error::new(e.span(), "#[track_state]: `operation` takes a string literal")
+                syn::Error::new(
+                    e.span(),
+                    "#[track_state]: `operation` takes a string literal",
+                )
             })?;
             operation = Some(value);
         }

@@ -11,12 +11,23 @@ use crate::attr::Args;
 /// (async).
 pub(crate) fn expand(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
     let func: ItemFn = syn::parse2(item).map_err(|e| {
-        syn::Error::new(e.span(), "#[track_state] goes on a function (fn or async fn)")
+        syn::Error::new(
+            e.span(),
+            "#[track_state] goes on a function (fn or async fn)",
+        )
     })?;
     if let Some(c) = &func.sig.constness {
-        return Err(syn::Error::new(c.span(), "#[track_state] cannot go on a const fn"));
+        return Err(syn::Error::new(
+            c.span(),
+            "#[track_state] cannot go on a const fn",
+        ));
     }
-    let ItemFn { attrs, vis, sig, block } = func;
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = func;
     let state = &args.state;
     let operation = args
         .operation
@@ -60,6 +71,8 @@ pub(crate) fn expand(args: Args, item: TokenStream) -> syn::Result<TokenStream> 
 
 /// Whether a type mentions `impl Trait`, which cannot be named in a turbofish.
 fn contains_impl_trait(ty: &Type) -> bool {
-    quote!(#ty).into_iter().any(|t| matches!(t, proc_macro2::TokenTree::Ident(i) if i == "impl"))
+    quote!(#ty)
+        .into_iter()
+        .any(|t| matches!(t, proc_macro2::TokenTree::Ident(i) if i == "impl"))
         || matches!(ty, Type::ImplTrait(_))
 }

@@ -13,13 +13,18 @@ use tracing_subscriber::layer::SubscriberExt;
 pub fn manual() -> (Tracker, ManualClock, Dispatch) {
     let clock = ManualClock::new();
     let tracker = Tracker::with_clock(clock.clone());
-    let dispatch = Dispatch::new(tracing_subscriber::registry().with(ActivityLayer::new(tracker.clone())));
+    let dispatch =
+        Dispatch::new(tracing_subscriber::registry().with(ActivityLayer::new(tracker.clone())));
     (tracker, clock, dispatch)
 }
 
 /// Asserts the invariant: the (state, operation) times sum to the elapsed time, exactly.
 pub fn assert_exact(snap: &Snapshot) {
-    assert_eq!(snap.sum(), snap.elapsed(), "activity must sum to wall time: {snap:#?}");
+    assert_eq!(
+        snap.sum(),
+        snap.elapsed(),
+        "activity must sum to wall time: {snap:#?}"
+    );
 }
 
 /// Milliseconds.
@@ -37,8 +42,14 @@ pub fn at(snap: &Snapshot, state: AppState, op: &str) -> Duration {
 pub struct WarnCounter(pub Arc<AtomicUsize>);
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarnCounter {
-    fn on_event(&self, event: &tracing::Event<'_>, _ctx: tracing_subscriber::layer::Context<'_, S>) {
-        if *event.metadata().level() == tracing::Level::WARN && event.metadata().target() == "higgsmeter" {
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if *event.metadata().level() == tracing::Level::WARN
+            && event.metadata().target() == "higgsmeter"
+        {
             self.0.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -48,14 +59,27 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WarnCounter {
 pub fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).expect("read response");
     let text = String::from_utf8(raw).expect("utf-8 response");
     let (head, body) = text.split_once("\r\n\r\n").expect("headers end");
-    let status = head.split_whitespace().nth(1).and_then(|s| s.parse().ok()).expect("status");
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         let mut out = String::new();
         let mut rest = body;
         loop {
@@ -115,14 +139,20 @@ pub fn parse_exposition(text: &str) -> std::collections::BTreeMap<String, ExpoFa
                 while bytes[end] != b'"' || (end > 0 && bytes[end - 1] == b'\\') {
                     end += 1;
                 }
-                pairs.push((k.trim_start_matches(',').to_owned(), after[..end].to_owned()));
+                pairs.push((
+                    k.trim_start_matches(',').to_owned(),
+                    after[..end].to_owned(),
+                ));
                 rest = &after[end + 1..];
             }
             pairs.sort();
             let value: f64 = value.parse().expect("sample value");
             let family = families.entry(current.clone()).or_default();
             let key = (name.to_owned(), pairs);
-            assert!(family.samples.insert(key.clone(), value).is_none(), "duplicated series {key:?}");
+            assert!(
+                family.samples.insert(key.clone(), value).is_none(),
+                "duplicated series {key:?}"
+            );
         }
     }
     families
@@ -130,7 +160,10 @@ pub fn parse_exposition(text: &str) -> std::collections::BTreeMap<String, ExpoFa
 
 /// The repository's root.
 pub fn repo_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
 }
 
 /// The Python of the test venv (`bash .ci/setup` makes it).
@@ -139,7 +172,11 @@ pub fn python() -> std::path::PathBuf {
         return p.into();
     }
     let p = repo_root().join(".venv/bin/python");
-    assert!(p.exists(), "{} is missing: run `bash .ci/setup` to create the test venv", p.display());
+    assert!(
+        p.exists(),
+        "{} is missing: run `bash .ci/setup` to create the test venv",
+        p.display()
+    );
     p
 }
 
@@ -153,7 +190,12 @@ pub fn promtool_check_metrics(exposition: &str) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("promtool (Debian package `prometheus`; run `bash .ci/setup`)");
-    child.stdin.take().unwrap().write_all(exposition.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(exposition.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),

@@ -28,7 +28,7 @@
  *                                  throttle, processes
  *
  * Built with -DFAKE_NO_SHUTDOWN it lacks nvmlShutdown (the variant nvml-wrapper's Drop
- * would panic on).
+ * would panic on); with -DFAKE_NO_INIT it lacks nvmlInit_v2 (not an NVML at all).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,16 +107,13 @@ static unsigned int device_count(void) {
 #define CHECK_SUPPORTED(dev, reading) \
     do { if (unsupported((dev)->index, reading)) return NVML_ERROR_NOT_SUPPORTED; } while (0)
 
+#ifndef FAKE_NO_INIT
 nvmlReturn_t nvmlInit_v2(void) {
     nvmlReturn_t r = (nvmlReturn_t)value("INIT_RESULT", 0, NVML_SUCCESS);
     if (r == NVML_SUCCESS) initialized = 1;
     return r;
 }
-
-nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
-    (void)flags;
-    return nvmlInit_v2();
-}
+#endif
 
 #ifndef FAKE_NO_SHUTDOWN
 nvmlReturn_t nvmlShutdown(void) {

@@ -1,0 +1,51 @@
+//! The examples run: the worker exits cleanly, serves a valid Prometheus endpoint while
+//! it runs, and its own totals sum to its wall time.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+#[test]
+fn lifecycle_worker_runs_and_accounts_its_whole_life() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lifecycle-worker"))
+        .args(["--jobs", "5"])
+        .env("HIGGSMETER_PROMETHEUS_ADDR", "127.0.0.1:0")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the worker");
+    let stdout = BufReader::new(child.stdout.take().unwrap());
+    let lines: Vec<String> = stdout.lines().map(Result::unwrap).collect();
+    assert!(child.wait().unwrap().success(), "worker failed: {lines:?}");
+    assert!(
+        lines[0].starts_with("prometheus endpoint: http://127.0.0.1:"),
+        "{lines:?}"
+    );
+    let secs = |name: &str| -> f64 {
+        let line = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with(&format!("{name}:")))
+            .unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    for state in ["gpu", "io", "cpu", "idle", "warmup", "startup", "shutdown"] {
+        assert!(secs(state) >= 0.0);
+    }
+    // 5 jobs × 8 ms of inference, at least.
+    assert!(secs("gpu") >= 0.040, "{lines:?}");
+    assert!(secs("warmup") >= 0.020, "{lines:?}");
+    let sum_line = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("sum:"))
+        .unwrap();
+    let words: Vec<&str> = sum_line.split_whitespace().collect();
+    assert_eq!(
+        words[1], words[4],
+        "the printed sum equals the printed wall time: {sum_line}"
+    );
+}

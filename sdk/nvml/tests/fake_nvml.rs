@@ -1,0 +1,489 @@
+//! The real nvml-wrapper code path against a fake `libnvidia-ml.so.1` (C, built by
+//! gcc at test time), read back through an in-memory OpenTelemetry pipeline.
+//!
+//! The fake takes its values from `FAKE_NVML_*` environment variables, so every
+//! scenario runs in a child process of this test binary with its own environment and
+//! its own loaded library (see `support::run_child`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use higgsmeter_catalog::{GPU_DEVICE_LABELS, GPU_FAMILIES, gpu_instrument_name};
+use higgsmeter_nvml::{NvmlError, NvmlMeter};
+use support::{CHILD_ENV, Pipeline, Variant, fake_library, fake_uuid, of, run_child, value};
+
+/// Long enough that only `sample_now` samples during a scenario.
+const NEVER: Duration = Duration::from_secs(3600);
+
+// ---- scenarios run in a child process ------------------------------------------------
+
+/// The entry point of a child process; does nothing in a normal test run.
+#[test]
+#[ignore = "runs only as the child process of a scenario test"]
+fn child_entry() {
+    let Ok(scenario) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    match scenario.as_str() {
+        "gauges" => gauges(),
+        "not_supported" => not_supported(),
+        "visible_devices" => visible_devices(),
+        "no_visible_device" => no_visible_device(),
+        "init_failure" => init_failure(),
+        "no_shutdown" => no_shutdown(),
+        "active_time_by_state" => active_time_by_state(),
+        "schedule_and_stop" => schedule_and_stop(),
+        other => panic!("unknown scenario {other}"),
+    }
+    println!("scenario {scenario} done");
+}
+
+fn start(pipeline: &Pipeline, variant: Variant) -> NvmlMeter {
+    NvmlMeter::builder()
+        .with_library_path(fake_library(variant))
+        .with_interval(NEVER)
+        .with_state_source(|| "gpu")
+        .start(&pipeline.meter)
+        .expect("the meter starts on the fake NVML")
+}
+
+fn gauges() {
+    let pipeline = Pipeline::new();
+    let meter = start(&pipeline, Variant::Complete);
+    assert_eq!(meter.devices().len(), 2);
+    meter.sample_now();
+    let points = pipeline.collect();
+    let (gpu0, gpu1) = (fake_uuid(0), fake_uuid(1));
+
+    // Device labels on every point, and only the family's labels.
+    for point in &points {
+        let family = GPU_FAMILIES
+            .iter()
+            .find(|f| gpu_instrument_name(f) == Some(point.name.as_str()))
+            .unwrap_or_else(|| panic!("{} is not a catalog GPU family", point.name));
+        assert_eq!(point.unit, family.unit, "{}", point.name);
+        let keys: Vec<&str> = point.attributes.keys().map(String::as_str).collect();
+        let mut expected: Vec<&str> = family.labels.to_vec();
+        expected.sort_unstable();
+        assert_eq!(keys, expected, "{}", point.name);
+        assert_eq!(point.attributes["hw.type"], "gpu");
+        assert_eq!(point.attributes["hw.name"], "NVIDIA H200");
+        let index = &point.attributes["hw.gpu.index"];
+        assert_eq!(
+            point.attributes["hw.id"],
+            fake_uuid(index.parse().expect("an index"))
+        );
+    }
+    // Every family is exported for a GPU that supports every reading.
+    for family in GPU_FAMILIES {
+        let name = gpu_instrument_name(family).expect("a GPU family");
+        assert!(
+            !of(&points, name, &gpu0).is_empty(),
+            "{name} missing for GPU 0"
+        );
+    }
+
+    let util = of(&points, "hw.gpu.utilization", &gpu0);
+    assert_eq!(util.len(), 1);
+    assert_eq!(util[0].kind, "gauge");
+    assert_eq!(util[0].attributes["hw.gpu.task"], "general");
+    assert_eq!(util[0].value, 0.42);
+    assert_eq!(value(&points, "hw.gpu.utilization", &gpu1), 0.0);
+
+    assert_eq!(value(&points, "hw.gpu.memory.usage", &gpu0), 40e9);
+    assert_eq!(value(&points, "hw.gpu.memory.limit", &gpu0), 80e9);
+    assert_eq!(value(&points, "hw.gpu.memory.utilization", &gpu0), 0.5);
+    assert_eq!(value(&points, "hw.power", &gpu0), 123.456);
+    assert_eq!(value(&points, "hw.energy", &gpu0), 7500.25);
+    assert_eq!(of(&points, "hw.energy", &gpu0)[0].kind, "counter");
+    assert_eq!(value(&points, "hw.gpu.temperature", &gpu0), 67.0);
+    assert_eq!(value(&points, "hw.gpu.clock.sm", &gpu0), 1410e6);
+
+    let errors: BTreeMap<&str, f64> = of(&points, "hw.errors", &gpu0)
+        .iter()
+        .map(|p| (p.attributes["error.type"].as_str(), p.value))
+        .collect();
+    assert_eq!(
+        errors,
+        BTreeMap::from([("corrected", 3.0), ("uncorrected", 1.0)])
+    );
+    assert!(
+        of(&points, "hw.errors", &gpu0)
+            .iter()
+            .all(|p| p.kind == "counter")
+    );
+
+    // 0x24 = sw_power_cap | sw_thermal_slowdown; every reason is reported.
+    let throttle: BTreeMap<&str, f64> = of(&points, "hw.gpu.throttle", &gpu0)
+        .iter()
+        .map(|p| (p.attributes["hw.gpu.throttle.reason"].as_str(), p.value))
+        .collect();
+    let active: Vec<&str> = throttle
+        .iter()
+        .filter(|(_, v)| **v == 1.0)
+        .map(|(k, _)| *k)
+        .collect();
+    assert_eq!(active, vec!["sw_power_cap", "sw_thermal_slowdown"]);
+    assert_eq!(
+        throttle.len(),
+        higgsmeter_catalog::GPU_THROTTLE_REASONS.len()
+    );
+
+    // Our PID's memory only, not the two other processes' 1 GiB each; 0 where we have
+    // no context.
+    assert_eq!(
+        value(&points, "hw.gpu.process.memory.usage", &gpu0),
+        268435456.0
+    );
+    assert_eq!(value(&points, "hw.gpu.process.memory.usage", &gpu1), 0.0);
+
+    // Two samples (start and sample_now); GPU 0 active from the first, GPU 1 idle.
+    assert_eq!(value(&points, "hw.gpu.session.samples", &gpu0), 2.0);
+    assert_eq!(
+        value(&points, "hw.gpu.session.utilization.peak", &gpu0),
+        0.42
+    );
+    assert_eq!(
+        value(&points, "hw.gpu.session.memory.usage.peak", &gpu0),
+        40e9
+    );
+    assert_eq!(value(&points, "hw.gpu.session.samples", &gpu1), 2.0);
+    assert!(of(&points, "hw.gpu.session.active_time", &gpu1).is_empty());
+    assert!(of(&points, "hw.gpu.session.time_to_first_active", &gpu1).is_empty());
+    let active = of(&points, "hw.gpu.session.active_time", &gpu0);
+    assert_eq!(active.len(), 1);
+    assert_eq!(active[0].attributes["state"], "gpu");
+    assert_eq!(active[0].kind, "counter");
+    assert!(active[0].value >= 0.0);
+    assert!(value(&points, "hw.gpu.session.time_to_first_active", &gpu0) >= 0.0);
+}
+
+#[test]
+fn gauges_carry_the_fake_readings_and_the_device_attributes() {
+    run_child(
+        "gauges",
+        &[
+            ("FAKE_NVML_DEVICE_COUNT", "2"),
+            ("FAKE_NVML_UTIL_0", "42"),
+            ("FAKE_NVML_UTIL_1", "0"),
+            ("FAKE_NVML_MEM_USED_0", "40000000000"),
+            ("FAKE_NVML_MEM_TOTAL_0", "80000000000"),
+            ("FAKE_NVML_POWER_MW_0", "123456"),
+            ("FAKE_NVML_ENERGY_MJ_0", "7500250"),
+            ("FAKE_NVML_TEMP_0", "67"),
+            ("FAKE_NVML_SM_CLOCK_MHZ", "1410"),
+            ("FAKE_NVML_ECC_CORRECTED_0", "3"),
+            ("FAKE_NVML_ECC_UNCORRECTED_0", "1"),
+            ("FAKE_NVML_THROTTLE_0", "0x24"),
+            ("FAKE_NVML_SELF_MEM_0", "268435456"),
+            ("FAKE_NVML_OTHER_PROCS", "2"),
+        ],
+    );
+}
+
+fn not_supported() {
+    let pipeline = Pipeline::new();
+    let _meter = start(&pipeline, Variant::Complete);
+    let points = pipeline.collect();
+    let (gpu0, gpu1) = (fake_uuid(0), fake_uuid(1));
+    for name in [
+        "hw.gpu.temperature",
+        "hw.power",
+        "hw.errors",
+        "hw.gpu.utilization",
+    ] {
+        assert!(
+            of(&points, name, &gpu1).is_empty(),
+            "{name} reported for GPU 1"
+        );
+        assert!(
+            !of(&points, name, &gpu0).is_empty(),
+            "{name} missing for GPU 0"
+        );
+    }
+    // Without a utilisation reading nothing is active, nothing is peaked, nothing is
+    // counted as a sample (unavailable is not idle).
+    assert_eq!(value(&points, "hw.gpu.session.samples", &gpu1), 0.0);
+    assert!(of(&points, "hw.gpu.session.utilization.peak", &gpu1).is_empty());
+    assert!(of(&points, "hw.gpu.session.active_time", &gpu1).is_empty());
+    // The supported readings of the same GPU are still there.
+    assert_eq!(
+        value(&points, "hw.gpu.memory.usage", &gpu1),
+        2.0 * 1024.0 * 1024.0 * 1024.0
+    );
+    assert_eq!(value(&points, "hw.gpu.clock.sm", &gpu1), 1980e6);
+}
+
+#[test]
+fn a_reading_a_gpu_does_not_support_is_left_out_not_zero() {
+    run_child(
+        "not_supported",
+        &[
+            ("FAKE_NVML_DEVICE_COUNT", "2"),
+            ("FAKE_NVML_NOT_SUPPORTED_1", "temperature,power,ecc,util"),
+        ],
+    );
+}
+
+fn visible_devices() {
+    let pipeline = Pipeline::new();
+    let meter = start(&pipeline, Variant::Complete);
+    let metered: Vec<(u32, String)> = meter
+        .devices()
+        .iter()
+        .map(|d| (d.index, d.uuid.clone()))
+        .collect();
+    assert_eq!(metered, vec![(2, fake_uuid(2)), (0, fake_uuid(0))]);
+    let points = pipeline.collect();
+    let mut indices: Vec<&str> = points
+        .iter()
+        .filter(|p| p.name == "hw.gpu.utilization")
+        .map(|p| p.attributes[GPU_DEVICE_LABELS[3]].as_str())
+        .collect();
+    indices.sort_unstable();
+    assert_eq!(indices, vec!["0", "2"]);
+    assert_eq!(value(&points, "hw.gpu.utilization", &fake_uuid(2)), 0.52);
+}
+
+#[test]
+fn cuda_visible_devices_selects_gpus_by_uuid_and_index() {
+    // Device 7 does not exist: the list ends there, as in CUDA, so 1 is not metered.
+    let selection = format!("{},0,7,1", fake_uuid(2));
+    run_child(
+        "visible_devices",
+        &[
+            ("FAKE_NVML_DEVICE_COUNT", "4"),
+            ("CUDA_VISIBLE_DEVICES", &selection),
+        ],
+    );
+}
+
+fn no_visible_device() {
+    let pipeline = Pipeline::new();
+    let error = NvmlMeter::builder()
+        .with_library_path(fake_library(Variant::Complete))
+        .start(&pipeline.meter)
+        .expect_err("no GPU is visible");
+    assert!(
+        matches!(&error, NvmlError::NoVisibleDevice { found: 2, selection: Some(s) } if s.is_empty()),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("CUDA_VISIBLE_DEVICES"),
+        "{error}"
+    );
+    assert!(pipeline.collect().is_empty());
+}
+
+#[test]
+fn an_empty_cuda_visible_devices_is_a_clear_error() {
+    run_child(
+        "no_visible_device",
+        &[
+            ("FAKE_NVML_DEVICE_COUNT", "2"),
+            ("CUDA_VISIBLE_DEVICES", ""),
+        ],
+    );
+}
+
+fn init_failure() {
+    let pipeline = Pipeline::new();
+    let error = NvmlMeter::builder()
+        .with_library_path(fake_library(Variant::Complete))
+        .start(&pipeline.meter)
+        .expect_err("nvmlInit fails");
+    assert!(matches!(error, NvmlError::Init { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("driver") && message.contains("nvidia-smi"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_driver_that_does_not_initialise_is_a_clear_error() {
+    // NVML_ERROR_DRIVER_NOT_LOADED.
+    run_child("init_failure", &[("FAKE_NVML_INIT_RESULT", "9")]);
+}
+
+fn no_shutdown() {
+    let pipeline = Pipeline::new();
+    let meter = start(&pipeline, Variant::NoShutdown);
+    meter.sample_now();
+    assert_eq!(
+        value(&pipeline.collect(), "hw.gpu.session.samples", &fake_uuid(0)),
+        2.0
+    );
+    // nvml-wrapper's own Drop would panic here.
+    drop(meter);
+    assert!(
+        pipeline.collect().is_empty(),
+        "a stopped meter reports nothing"
+    );
+}
+
+#[test]
+fn a_library_without_nvml_shutdown_does_not_panic_on_stop() {
+    run_child("no_shutdown", &[]);
+}
+
+fn active_time_by_state() {
+    let pipeline = Pipeline::new();
+    let states = ["startup", "io", "gpu", "gpu", "cpu"];
+    let at = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&at);
+    let started = Instant::now();
+    let meter = NvmlMeter::builder()
+        .with_library_path(fake_library(Variant::Complete))
+        .with_interval(NEVER)
+        .with_state_source(move || states[seen.load(Ordering::SeqCst)])
+        .start(&pipeline.meter)
+        .expect("the meter starts");
+    for i in 1..states.len() {
+        std::thread::sleep(Duration::from_millis(20));
+        at.store(i, Ordering::SeqCst);
+        meter.sample_now();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let points = pipeline.collect();
+    let (busy, idle) = (fake_uuid(0), fake_uuid(1));
+    let by_state: BTreeMap<&str, f64> = of(&points, "hw.gpu.session.active_time", &busy)
+        .iter()
+        .map(|p| (p.attributes["state"].as_str(), p.value))
+        .collect();
+    // Each interval goes to the state at its end: the first sample, taken as the meter
+    // started, saw "startup".
+    let states_seen: Vec<&str> = by_state.keys().copied().collect();
+    assert_eq!(states_seen, vec!["cpu", "gpu", "io", "startup"]);
+    assert!(by_state["io"] > 0.0 && by_state["gpu"] > 0.0 && by_state["cpu"] > 0.0);
+    // Measured intervals: the active total is the time from the first sample to the
+    // last, which is within what the test measured around it.
+    let total: f64 = by_state.values().sum();
+    assert!(
+        total > 0.0 && total <= elapsed,
+        "active {total} s of {elapsed} s"
+    );
+    assert_eq!(
+        value(&points, "hw.gpu.session.samples", &busy),
+        states.len() as f64
+    );
+    // Active from the first sample, taken as the meter started.
+    let first_active = value(&points, "hw.gpu.session.time_to_first_active", &busy);
+    assert!((0.0..=elapsed).contains(&first_active), "{first_active} s");
+    // The GPU below the threshold (5 %, strictly above counts) is never active.
+    assert!(of(&points, "hw.gpu.session.active_time", &idle).is_empty());
+    assert_eq!(
+        value(&points, "hw.gpu.session.utilization.peak", &idle),
+        0.05
+    );
+}
+
+#[test]
+fn gpu_active_time_is_split_by_the_worker_state_at_sampling_time() {
+    run_child(
+        "active_time_by_state",
+        &[
+            ("FAKE_NVML_DEVICE_COUNT", "2"),
+            ("FAKE_NVML_UTIL_0", "90"),
+            ("FAKE_NVML_UTIL_1", "5"),
+        ],
+    );
+}
+
+fn schedule_and_stop() {
+    let pipeline = Pipeline::new();
+    let meter = NvmlMeter::builder()
+        .with_library_path(fake_library(Variant::Complete))
+        .with_interval(Duration::from_millis(10))
+        .start(&pipeline.meter)
+        .expect("the meter starts");
+    // The thread samples on its own; wait (bounded) until it has, without asserting
+    // how fast.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut samples = 0.0;
+    while samples < 5.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        samples = value(&pipeline.collect(), "hw.gpu.session.samples", &fake_uuid(0));
+    }
+    assert!(
+        samples >= 5.0,
+        "the sampler thread took {samples} samples in 30 s"
+    );
+    let points = pipeline.collect();
+    let active = of(&points, "hw.gpu.session.active_time", &fake_uuid(0));
+    assert_eq!(active.len(), 1);
+    assert_eq!(
+        active[0].attributes["state"], "unknown",
+        "no state source was set"
+    );
+    meter.stop();
+    assert!(
+        pipeline.collect().is_empty(),
+        "a stopped meter reports nothing"
+    );
+}
+
+#[test]
+fn the_sampler_thread_samples_on_its_own_and_stops_on_drop() {
+    run_child("schedule_and_stop", &[]);
+}
+
+// ---- in-process: nothing loaded, nothing to isolate ------------------------------------
+
+#[test]
+fn an_absent_library_is_a_clear_error() {
+    let pipeline = Pipeline::new();
+    let missing =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("no-such/libnvidia-ml.so.1");
+    let error = NvmlMeter::builder()
+        .with_library_path(&missing)
+        .start(&pipeline.meter)
+        .expect_err("there is no library");
+    assert!(
+        matches!(&error, NvmlError::LibraryNotLoaded { path, .. } if *path == missing),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("HIGGSMETER_NVML_LIBRARY") && message.contains("driver"),
+        "{message}"
+    );
+    assert!(pipeline.collect().is_empty());
+}
+
+#[test]
+fn a_library_that_is_not_nvml_is_a_clear_error() {
+    let pipeline = Pipeline::new();
+    let error = NvmlMeter::builder()
+        .with_library_path(fake_library(Variant::NoInit))
+        .start(&pipeline.meter)
+        .expect_err("the library has no nvmlInit_v2");
+    assert!(
+        matches!(&error, NvmlError::MissingSymbol { symbol, .. } if symbol.contains("nvmlInit_v2")),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn settings_out_of_range_are_refused_before_loading_anything() {
+    let pipeline = Pipeline::new();
+    let missing = "/nonexistent/libnvidia-ml.so.1";
+    for builder in [
+        NvmlMeter::builder().with_interval(Duration::ZERO),
+        NvmlMeter::builder().with_active_threshold(120.0),
+        NvmlMeter::builder().with_active_threshold(f64::NAN),
+    ] {
+        let error = builder
+            .with_library_path(missing)
+            .start(&pipeline.meter)
+            .expect_err("refused");
+        assert!(
+            matches!(error, NvmlError::InvalidSetting { .. }),
+            "{error:?}"
+        );
+    }
+}
