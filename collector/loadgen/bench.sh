@@ -10,7 +10,8 @@
 #   RATE [100000]               points/s of the fixed-rate runs
 #   CONC [8]                    requests in flight
 #   PROTOCOLS ["grpc http"]     protocols of the max-rate runs (fixed-rate runs use gRPC)
-#   PEERS ["sink rotel higgsmeter"]
+#   PEERS ["sink rotel rotel-otlp higgsmeter"]  (rotel-otlp: rotel forwarding over OTLP/gRPC
+#                               to a decode-only sink, the issue's "forwards" figure)
 #   ROTEL_BIN                   rotel-agent binary (default: found in /tmp/rotel-venv,
 #                               installed there with pip if absent)
 #   COLLECTOR_ARGS              extra arguments for higgsmeter-collector
@@ -26,7 +27,7 @@ WARMUP=${WARMUP:-2}
 RATE=${RATE:-100000}
 CONC=${CONC:-8}
 PROTOCOLS=${PROTOCOLS:-grpc http}
-PEERS=${PEERS:-sink rotel higgsmeter}
+PEERS=${PEERS:-sink rotel rotel-otlp higgsmeter}
 RUN_LIMIT=$((WARMUP + DURATION + 45))
 OUT=$(mktemp -d /tmp/higgsmeter-bench.XXXXXX)
 START=$(date +%s)
@@ -44,7 +45,7 @@ if [[ " $PEERS " == *" higgsmeter "* ]]; then
 fi
 
 ROTEL=""
-if [[ " $PEERS " == *" rotel "* ]]; then
+if [[ " $PEERS " == *" rotel"* ]]; then
     ROTEL=${ROTEL_BIN:-$(ls /tmp/rotel-venv/lib/python3*/site-packages/rotel/rotel-agent 2>/dev/null | head -1 || true)}
     if [[ -z "$ROTEL" ]]; then
         echo "== installing rotel into /tmp/rotel-venv (PyPI)" >&2
@@ -66,6 +67,7 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))'
 peer_cmd() {
     case "$1" in
     sink) echo "$LG --sink 127.0.0.1:$2 --sink-http 127.0.0.1:$3 --sink-for $RUN_LIMIT" ;;
+    rotel-otlp) echo "$ROTEL start --exporter otlp --otlp-exporter-endpoint http://127.0.0.1:$4 --otlp-grpc-endpoint 127.0.0.1:$2 --otlp-http-endpoint 127.0.0.1:$3 --otlp-grpc-max-recv-msg-size-mib 16 --pid-file $OUT/rotel.pid --log-file $OUT/rotel.log" ;;
     rotel) echo "$ROTEL start --exporter blackhole --otlp-grpc-endpoint 127.0.0.1:$2 --otlp-http-endpoint 127.0.0.1:$3 --otlp-grpc-max-recv-msg-size-mib 16 --pid-file $OUT/rotel.pid --log-file $OUT/rotel.log" ;;
     higgsmeter) echo "$HM --grpc-endpoint 127.0.0.1:$2 --http-endpoint 127.0.0.1:$3 --prometheus-endpoint 127.0.0.1:$4 ${COLLECTOR_ARGS:-}" ;;
     esac
@@ -79,14 +81,23 @@ run() {
     local ep="http://127.0.0.1:$g"
     [[ $proto == http ]] && ep="http://127.0.0.1:$h/v1/metrics"
     echo "== $label $proto $*  (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+    local fwd=""
+    if [[ $label == rotel-otlp ]]; then # rotel's upstream: a decode-only sink on the third port
+        timeout "$RUN_LIMIT" "$LG" --sink "127.0.0.1:$p" --sink-for "$RUN_LIMIT" 2>>"$OUT/rotel-otlp.upstream.log" &
+        fwd=$!
+    fi
     timeout "$RUN_LIMIT" "$LG" --label "$label" --protocol "$proto" --endpoint "$ep" \
         --spawn "$(peer_cmd "$label" "$g" "$h" "$p")" --spawn-log "$OUT/$label.$proto.log" \
         --concurrency "$CONC" --warmup "$WARMUP" --duration "$DURATION" --json "${@//@PROM@/$p}" \
         >>"$OUT/results.jsonl" || echo "   (run failed: see $OUT/$label.$proto.log)" >&2
+    if [[ -n $fwd ]]; then
+        kill "$fwd" 2>/dev/null || true
+        wait "$fwd" 2>/dev/null || true
+    fi
 }
 
 for peer in $PEERS; do
-    [[ $peer == rotel && -z "$ROTEL" ]] && continue
+    [[ $peer == rotel* && -z "$ROTEL" ]] && continue
     [[ $peer == higgsmeter && -z "$HM" ]] && continue
     for proto in $PROTOCOLS; do
         run "$peer" "$proto"
@@ -111,7 +122,7 @@ python3 - "$OUT/results.jsonl" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def key(r): return (r["protocol"], r["target_rate"] is not None)
-rotel = {key(r): r for r in rows if r["label"] == "rotel" and not r.get("scrape")}
+rotel = {key(r): r for r in rows if r["label"] == "rotel" and not r.get("scrape")}  # blackhole exporter
 def f(v, fmt): return "n/a" if v is None else fmt.format(v)
 print("| peer | protocol | load | accepted points/s | vs rotel | p50 / p99 ms | target CPU % | target RSS MiB (max) | loadgen CPU % | load avg |")
 print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
@@ -136,4 +147,8 @@ for r in rows:
               f'{s["bytes"]} bytes, {s["samples"]} samples; min {s["min_ms"]:.1f} ms, median {s["median_ms"]:.1f} ms, '
               f'max {s["max_ms"]:.1f} ms (load avg {r["loadavg_at_start"]})')
 EOF
+if [[ -f $OUT/rotel-otlp.upstream.log ]]; then
+    echo "rotel-otlp upstream sink, per run (points rotel actually forwarded):" >&2
+    grep received "$OUT/rotel-otlp.upstream.log" >&2 || true
+fi
 echo "(raw results: $OUT/results.jsonl; total $(($(date +%s) - START)) s)" >&2

@@ -1,8 +1,9 @@
 //! A decode-only OTLP sink: the floor any collector can be compared with.
 //!
 //! It decodes every `ExportMetricsServiceRequest` (gRPC through tonic's prost codec,
-//! HTTP through prost), counts its data points and drops it.
+//! HTTP through prost; gzip accepted on both), counts its data points and drops it.
 
+use std::io::Read as _;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -63,6 +64,7 @@ pub(crate) async fn run(
 ) -> anyhow::Result<()> {
     let counters = Arc::new(Counters::default());
     let svc = MetricsServiceServer::new(GrpcSink(counters.clone()))
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
         .max_decoding_message_size(MAX_MESSAGE);
     let grpc_listener = tokio::net::TcpListener::bind(grpc)
         .await
@@ -132,9 +134,27 @@ async fn handle_http(
             Bytes::from_static(b"POST /v1/metrics"),
         ));
     }
-    let body = req.into_body().collect().await?.to_bytes();
+    let gzip = req
+        .headers()
+        .get(hyper::header::CONTENT_ENCODING)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"gzip"));
+    let mut body = req.into_body().collect().await?.to_bytes();
     if body.len() > MAX_MESSAGE {
         return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, Bytes::new()));
+    }
+    if gzip {
+        let mut out = Vec::new();
+        let mut dec = flate2::read::GzDecoder::new(&body[..]).take(MAX_MESSAGE as u64 + 1);
+        if let Err(e) = dec.read_to_end(&mut out) {
+            return Ok(reply(
+                StatusCode::BAD_REQUEST,
+                Bytes::from(format!("bad gzip body: {e}")),
+            ));
+        }
+        if out.len() > MAX_MESSAGE {
+            return Ok(reply(StatusCode::PAYLOAD_TOO_LARGE, Bytes::new()));
+        }
+        body = Bytes::from(out);
     }
     match ExportMetricsServiceRequest::decode(body) {
         Ok(msg) => {
