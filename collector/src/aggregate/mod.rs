@@ -1,0 +1,286 @@
+//! Aggregation: per-source series and reset-safe fleet aggregates (the heart).
+//!
+//! Every OTLP resource is a source. A counter's fleet series accumulates increments:
+//! a cumulative point adds what it grew by since the source's previous point (all of
+//! it when the source restarted: a new start time or a lower value), a delta point
+//! adds itself. So a fleet counter never decreases and keeps a dead source's counted
+//! contribution forever. Histograms do the same bucket by bucket, with equal bounds
+//! only. Gauges are combined over live sources when rendered (sum, max, min, last) or
+//! kept per source.
+
+mod config;
+mod naming;
+mod render;
+mod snapshot;
+mod store;
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+
+pub use config::{AggregateConfig, GaugeAggregation, GaugeRule};
+pub(crate) use store::Outcome;
+use store::{Store, Value};
+
+use crate::self_metrics::{SelfMetrics, Transport};
+
+/// What kind of series a metric has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MetricKind {
+    /// A monotonic sum.
+    Counter,
+    /// A gauge or a non-monotonic sum.
+    Gauge,
+    /// An explicit-bucket histogram.
+    Histogram,
+}
+
+impl MetricKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+}
+
+/// Why a data point was refused (the `reason` label of
+/// `higgsmeter_collector_points_refused_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RefusalReason {
+    NonFinite,
+    NegativeCounter,
+    HistogramBounds,
+    Invalid,
+    TypeConflict,
+    UnsupportedType,
+    Cardinality,
+}
+
+impl RefusalReason {
+    pub(crate) const COUNT: usize = 7;
+    pub(crate) const ALL: [RefusalReason; RefusalReason::COUNT] = [
+        RefusalReason::NonFinite,
+        RefusalReason::NegativeCounter,
+        RefusalReason::HistogramBounds,
+        RefusalReason::Invalid,
+        RefusalReason::TypeConflict,
+        RefusalReason::UnsupportedType,
+        RefusalReason::Cardinality,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RefusalReason::NonFinite => "non_finite",
+            RefusalReason::NegativeCounter => "negative_counter",
+            RefusalReason::HistogramBounds => "histogram_bounds",
+            RefusalReason::Invalid => "invalid",
+            RefusalReason::TypeConflict => "type_conflict",
+            RefusalReason::UnsupportedType => "unsupported_type",
+            RefusalReason::Cardinality => "cardinality",
+        }
+    }
+}
+
+/// Which Prometheus view to render.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// `/metrics`: counters, histograms and summable gauges aggregated over the
+    /// source identity; per-source gauges with identity labels; derived and
+    /// self metrics.
+    Fleet,
+    /// `/metrics/sources`: every family per live source, identity labels kept.
+    Sources,
+}
+
+/// The result of ingesting one export request, for the OTLP response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestResult {
+    /// Points read.
+    pub received: u64,
+    /// Points refused (OTLP `rejected_data_points`).
+    pub rejected: u64,
+    /// Why (the first refusal's message), empty when nothing was refused.
+    pub message: String,
+}
+
+/// One source's activity, for the demo's terminal view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourceActivity {
+    /// The `rank` resource attribute, if any.
+    pub rank: Option<String>,
+    /// `service.name`.
+    pub service: String,
+    /// The `worker_current_state` code, if reported.
+    pub current_state: Option<i64>,
+    /// Seconds per state name (summed over operations), in first-seen order.
+    pub seconds_by_state: Vec<(String, f64)>,
+    /// Whether the source pushed within `stale_after`.
+    pub live: bool,
+}
+
+/// The shared aggregation state: ingest from any receiver, render for any exporter.
+pub struct Aggregator {
+    store: Mutex<Store>,
+    stats: Arc<SelfMetrics>,
+    epoch: Instant,
+    start_unix_nanos: u64,
+}
+
+impl std::fmt::Debug for Aggregator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Aggregator").finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn unix_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl Aggregator {
+    /// An empty aggregator (the configuration is assumed validated).
+    pub(crate) fn new(config: AggregateConfig, stats: Arc<SelfMetrics>) -> Aggregator {
+        Aggregator {
+            store: Mutex::new(Store::new(config)),
+            stats,
+            epoch: Instant::now(),
+            start_unix_nanos: unix_nanos(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reads one OTLP export request; never fails as a whole (refused points are
+    /// counted and reported).
+    pub(crate) fn ingest(
+        &self,
+        req: &ExportMetricsServiceRequest,
+        transport: Transport,
+    ) -> IngestResult {
+        let mut outcome = Outcome::default();
+        let now = self.now();
+        self.lock().ingest(req, now, &mut outcome);
+        self.stats.points_received[transport as usize]
+            .fetch_add(outcome.received, std::sync::atomic::Ordering::Relaxed);
+        for (i, n) in outcome.refused.iter().enumerate() {
+            if *n > 0 {
+                self.stats.points_refused[i].fetch_add(*n, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        let rejected = outcome.refused_total();
+        if rejected > 0 {
+            tracing::debug!(rejected, message = ?outcome.first_message, "refused data points");
+        }
+        IngestResult {
+            received: outcome.received,
+            rejected,
+            message: outcome.first_message.unwrap_or_default(),
+        }
+    }
+
+    /// Forgets series silent for longer than `forget_after`.
+    pub(crate) fn sweep(&self) {
+        let now = self.now();
+        self.lock().sweep(now);
+    }
+
+    /// Renders a view as Prometheus text exposition (format 0.0.4).
+    pub fn render(&self, view: View) -> String {
+        let now = self.now();
+        let store = self.lock();
+        render::render(&store, view, now, &self.stats)
+    }
+
+    /// The OTLP export of the fleet view (and of every live source's series when
+    /// `include_sources`), with the number of points it carries.
+    pub(crate) fn export_request(
+        &self,
+        include_sources: bool,
+    ) -> (ExportMetricsServiceRequest, u64) {
+        let now = self.now();
+        let store = self.lock();
+        snapshot::export_request(
+            &store,
+            now,
+            include_sources,
+            self.start_unix_nanos,
+            unix_nanos(),
+        )
+    }
+
+    /// Every known source's activity (`worker_activity_time_seconds_total` per state and
+    /// `worker_current_state`), live ones first, by rank.
+    pub fn sources_activity(&self) -> Vec<SourceActivity> {
+        let now = self.now();
+        let store = self.lock();
+        let activity = higgsmeter_catalog::WORKER_ACTIVITY_TIME.name;
+        let current = higgsmeter_catalog::WORKER_CURRENT_STATE.name;
+        let mut by_source: std::collections::BTreeMap<u32, SourceActivity> = Default::default();
+        for s in store.series.iter().flatten() {
+            let metric = &store.metrics[s.metric as usize];
+            if metric.otel_name != activity && metric.otel_name != current {
+                continue;
+            }
+            let Some(src) = store.sources[s.source as usize].as_ref() else {
+                continue;
+            };
+            let entry = by_source.entry(s.source).or_insert_with(|| {
+                let get = |k: &str| {
+                    src.resource
+                        .iter()
+                        .find(|kv| kv.key == k)
+                        .map(|kv| store::value_string(kv.value.as_ref()).into_owned())
+                };
+                SourceActivity {
+                    rank: get("rank"),
+                    service: get("service.name").unwrap_or_default(),
+                    current_state: None,
+                    seconds_by_state: Vec::new(),
+                    live: store.is_live(src.last_seen, now),
+                }
+            });
+            match &s.value {
+                Value::Counter { value } if metric.otel_name == activity => {
+                    let state = s.attr("state").unwrap_or("").to_owned();
+                    match entry.seconds_by_state.iter_mut().find(|(k, _)| *k == state) {
+                        Some((_, v)) => *v += value,
+                        None => entry.seconds_by_state.push((state, *value)),
+                    }
+                }
+                Value::Gauge { value, .. } if metric.otel_name == current => {
+                    entry.current_state = Some(*value as i64)
+                }
+                _ => {}
+            }
+        }
+        let mut out: Vec<SourceActivity> = by_source.into_values().collect();
+        out.sort_by(|a, b| {
+            b.live.cmp(&a.live).then_with(|| {
+                let ra = a.rank.as_deref().and_then(|r| r.parse::<i64>().ok());
+                let rb = b.rank.as_deref().and_then(|r| r.parse::<i64>().ok());
+                ra.cmp(&rb)
+            })
+        });
+        out
+    }
+
+    /// Sources heard from within `stale_after`, and per-source series held.
+    pub fn counts(&self) -> (usize, usize) {
+        let now = self.now();
+        let store = self.lock();
+        (store.live_sources(now), store.series_held())
+    }
+}
+
+#[cfg(test)]
+mod tests;

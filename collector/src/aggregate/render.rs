@@ -1,0 +1,350 @@
+//! Prometheus text exposition (format 0.0.4) of the two views.
+
+use higgsmeter_catalog::{
+    COLLECTOR_EXPORT_DROPPED, COLLECTOR_EXPORT_QUEUE_DEPTH, COLLECTOR_EXPORTS,
+    COLLECTOR_POINTS_RECEIVED, COLLECTOR_POINTS_REFUSED, COLLECTOR_REQUESTS,
+    COLLECTOR_REQUESTS_REFUSED, COLLECTOR_SERIES, COLLECTOR_SOURCES, Family, WORKER_CURRENT_STATE,
+    WORKER_SOURCES_IN_STATE,
+};
+
+use super::config::GaugeAggregation;
+use super::naming::{escape_help, format_value, render_labels};
+use super::store::{FleetValue, Hist, Store, TARGET_INFO, Value};
+use super::{RefusalReason, View};
+use crate::self_metrics::{ExporterKind, RequestRefusal, SelfMetrics, Transport};
+
+fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+    out.push_str("# HELP ");
+    out.push_str(name);
+    out.push(' ');
+    escape_help(help, out);
+    out.push_str("\n# TYPE ");
+    out.push_str(name);
+    out.push(' ');
+    out.push_str(kind);
+    out.push('\n');
+}
+
+fn sample(out: &mut String, name: &str, suffix: &str, labels: &str, le: Option<f64>, value: f64) {
+    out.push_str(name);
+    out.push_str(suffix);
+    if !labels.is_empty() || le.is_some() {
+        out.push('{');
+        out.push_str(labels);
+        if let Some(le) = le {
+            if !labels.is_empty() {
+                out.push(',');
+            }
+            out.push_str("le=\"");
+            format_value(le, out);
+            out.push('"');
+        }
+        out.push('}');
+    }
+    out.push(' ');
+    format_value(value, out);
+    out.push('\n');
+}
+
+fn histogram(out: &mut String, name: &str, labels: &str, h: &Hist) {
+    let mut cumulative = 0u64;
+    for (i, c) in h.counts.iter().enumerate() {
+        cumulative = cumulative.saturating_add(*c);
+        let le = h.bounds.get(i).copied().unwrap_or(f64::INFINITY);
+        sample(out, name, "_bucket", labels, Some(le), cumulative as f64);
+    }
+    if h.counts.is_empty() {
+        sample(
+            out,
+            name,
+            "_bucket",
+            labels,
+            Some(f64::INFINITY),
+            h.count as f64,
+        );
+    }
+    sample(out, name, "_sum", labels, None, h.sum);
+    sample(out, name, "_count", labels, None, h.count as f64);
+}
+
+enum Row<'a> {
+    Number(f64),
+    Hist(&'a Hist),
+}
+
+pub(crate) fn render(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> String {
+    let mut out = String::with_capacity(64 * (store.series_held() + store.fleet.len()) + 4096);
+    // Group what each metric renders.
+    let mut rows: Vec<Vec<(&str, Row<'_>)>> =
+        (0..store.metrics.len()).map(|_| Vec::new()).collect();
+    match view {
+        View::Fleet => {
+            let mut gauge_acc: Vec<Option<(f64, u64)>> = vec![None; store.fleet.len()];
+            for s in store.series.iter().flatten() {
+                if !store.is_live(s.last_seen, now) {
+                    continue;
+                }
+                let metric = &store.metrics[s.metric as usize];
+                let Value::Gauge { value, updated } = s.value else {
+                    continue;
+                };
+                if metric.gauge_agg == GaugeAggregation::PerSource {
+                    rows[s.metric as usize].push((s.labels.as_str(), Row::Number(value)));
+                    continue;
+                }
+                let acc = &mut gauge_acc[s.fleet as usize];
+                *acc = Some(match (*acc, metric.gauge_agg) {
+                    (None, _) => (value, updated),
+                    (Some((a, t)), GaugeAggregation::Sum) => (a + value, t.max(updated)),
+                    (Some((a, t)), GaugeAggregation::Max) => (a.max(value), t.max(updated)),
+                    (Some((a, t)), GaugeAggregation::Min) => (a.min(value), t.max(updated)),
+                    (Some((a, t)), _) => {
+                        if updated >= t {
+                            (value, updated)
+                        } else {
+                            (a, t)
+                        }
+                    }
+                });
+            }
+            for (i, f) in store.fleet.iter().enumerate() {
+                let row = match &f.value {
+                    FleetValue::Counter(v) => Row::Number(*v),
+                    FleetValue::Histogram(h) => Row::Hist(h),
+                    FleetValue::Gauge => match gauge_acc[i] {
+                        Some((v, _)) => Row::Number(v),
+                        None => continue,
+                    },
+                };
+                rows[f.metric as usize].push((f.labels.as_str(), row));
+            }
+        }
+        View::Sources => {
+            for s in store.series.iter().flatten() {
+                if !store.is_live(s.last_seen, now) {
+                    continue;
+                }
+                let row = match &s.value {
+                    Value::Counter { value } | Value::Gauge { value, .. } => Row::Number(*value),
+                    Value::Histogram(h) => Row::Hist(h),
+                };
+                rows[s.metric as usize].push((s.labels.as_str(), row));
+            }
+        }
+    }
+    let mut order: Vec<usize> = (0..store.metrics.len())
+        .filter(|&i| !rows[i].is_empty())
+        .collect();
+    order.sort_by(|&a, &b| store.metrics[a].prom_name.cmp(&store.metrics[b].prom_name));
+    for i in order {
+        let metric = &store.metrics[i];
+        let samples = &mut rows[i];
+        samples.sort_by(|a, b| a.0.cmp(b.0));
+        header(
+            &mut out,
+            &metric.prom_name,
+            &metric.help,
+            metric.kind.as_str(),
+        );
+        for (labels, row) in samples.iter() {
+            match row {
+                Row::Number(v) => sample(&mut out, &metric.prom_name, "", labels, None, *v),
+                Row::Hist(h) => histogram(&mut out, &metric.prom_name, labels, h),
+            }
+        }
+    }
+    if view == View::Fleet {
+        sources_in_state(store, now, &mut out);
+        self_metrics(store, now, stats, &mut out);
+    }
+    target_info(store, now, &mut out);
+    out
+}
+
+fn with_static(store: &Store, pairs: &[(&str, &str)]) -> String {
+    let mut labels: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    labels.extend(store.static_labels.iter().cloned());
+    labels.sort();
+    render_labels(&labels)
+}
+
+fn sources_in_state(store: &Store, now: u64, out: &mut String) {
+    let Some(metric) = store
+        .metrics
+        .iter()
+        .position(|m| m.otel_name == WORKER_CURRENT_STATE.name)
+    else {
+        return;
+    };
+    let mut counts = [0u64; 7];
+    for s in store.series.iter().flatten() {
+        if s.metric as usize != metric || !store.is_live(s.last_seen, now) {
+            continue;
+        }
+        if let Value::Gauge { value, .. } = s.value
+            && (0.0..7.0).contains(&value)
+        {
+            counts[value as usize] += 1;
+        }
+    }
+    let f = WORKER_SOURCES_IN_STATE;
+    header(out, f.name, f.help, f.kind.as_str());
+    for state in higgsmeter::AppState::ALL {
+        let labels = with_static(store, &[(f.labels[0], state.as_str())]);
+        sample(
+            out,
+            f.name,
+            "",
+            &labels,
+            None,
+            counts[usize::from(state.code())] as f64,
+        );
+    }
+}
+
+fn family(out: &mut String, f: &Family) {
+    header(out, f.name, f.help, f.kind.as_str());
+}
+
+fn self_metrics(store: &Store, now: u64, stats: &SelfMetrics, out: &mut String) {
+    let get = SelfMetrics::get;
+    family(out, &COLLECTOR_EXPORT_DROPPED);
+    for e in ExporterKind::ALL {
+        let l = with_static(store, &[(COLLECTOR_EXPORT_DROPPED.labels[0], e.as_str())]);
+        sample(
+            out,
+            COLLECTOR_EXPORT_DROPPED.name,
+            "",
+            &l,
+            None,
+            get(&stats.export_dropped[e as usize]) as f64,
+        );
+    }
+    family(out, &COLLECTOR_EXPORT_QUEUE_DEPTH);
+    for e in ExporterKind::ALL {
+        let l = with_static(
+            store,
+            &[(COLLECTOR_EXPORT_QUEUE_DEPTH.labels[0], e.as_str())],
+        );
+        sample(
+            out,
+            COLLECTOR_EXPORT_QUEUE_DEPTH.name,
+            "",
+            &l,
+            None,
+            get(&stats.queue_depth[e as usize]) as f64,
+        );
+    }
+    family(out, &COLLECTOR_EXPORTS);
+    for e in ExporterKind::ALL {
+        for (outcome, v) in [
+            ("failed", &stats.exports_failed[e as usize]),
+            ("ok", &stats.exports_ok[e as usize]),
+        ] {
+            let l = with_static(
+                store,
+                &[
+                    (COLLECTOR_EXPORTS.labels[0], e.as_str()),
+                    (COLLECTOR_EXPORTS.labels[1], outcome),
+                ],
+            );
+            sample(out, COLLECTOR_EXPORTS.name, "", &l, None, get(v) as f64);
+        }
+    }
+    family(out, &COLLECTOR_POINTS_RECEIVED);
+    for t in Transport::ALL {
+        let l = with_static(store, &[(COLLECTOR_POINTS_RECEIVED.labels[0], t.as_str())]);
+        sample(
+            out,
+            COLLECTOR_POINTS_RECEIVED.name,
+            "",
+            &l,
+            None,
+            get(&stats.points_received[t as usize]) as f64,
+        );
+    }
+    family(out, &COLLECTOR_POINTS_REFUSED);
+    for r in RefusalReason::ALL {
+        let l = with_static(store, &[(COLLECTOR_POINTS_REFUSED.labels[0], r.as_str())]);
+        sample(
+            out,
+            COLLECTOR_POINTS_REFUSED.name,
+            "",
+            &l,
+            None,
+            get(&stats.points_refused[r as usize]) as f64,
+        );
+    }
+    family(out, &COLLECTOR_REQUESTS_REFUSED);
+    for t in Transport::ALL {
+        for r in RequestRefusal::ALL {
+            let l = with_static(
+                store,
+                &[
+                    (COLLECTOR_REQUESTS_REFUSED.labels[0], t.as_str()),
+                    (COLLECTOR_REQUESTS_REFUSED.labels[1], r.as_str()),
+                ],
+            );
+            sample(
+                out,
+                COLLECTOR_REQUESTS_REFUSED.name,
+                "",
+                &l,
+                None,
+                get(&stats.requests_refused[t as usize][r as usize]) as f64,
+            );
+        }
+    }
+    family(out, &COLLECTOR_REQUESTS);
+    for t in Transport::ALL {
+        let l = with_static(store, &[(COLLECTOR_REQUESTS.labels[0], t.as_str())]);
+        sample(
+            out,
+            COLLECTOR_REQUESTS.name,
+            "",
+            &l,
+            None,
+            get(&stats.requests[t as usize]) as f64,
+        );
+    }
+    family(out, &COLLECTOR_SERIES);
+    for (view, n) in [
+        ("fleet", store.fleet.len()),
+        ("source", store.series_held()),
+    ] {
+        let l = with_static(store, &[(COLLECTOR_SERIES.labels[0], view)]);
+        sample(out, COLLECTOR_SERIES.name, "", &l, None, n as f64);
+    }
+    family(out, &COLLECTOR_SOURCES);
+    let l = with_static(store, &[]);
+    sample(
+        out,
+        COLLECTOR_SOURCES.name,
+        "",
+        &l,
+        None,
+        store.live_sources(now) as f64,
+    );
+}
+
+fn target_info(store: &Store, now: u64, out: &mut String) {
+    let mut live: Vec<&str> = store
+        .sources
+        .iter()
+        .flatten()
+        .filter(|s| store.is_live(s.last_seen, now))
+        .map(|s| s.target_info.as_str())
+        .collect();
+    if live.is_empty() {
+        return;
+    }
+    live.sort_unstable();
+    live.dedup();
+    header(out, TARGET_INFO, "Target metadata", "gauge");
+    for labels in live {
+        sample(out, TARGET_INFO, "", labels, None, 1.0);
+    }
+}

@@ -1,0 +1,1024 @@
+//! The series store: per-source state, reset-safe fleet aggregates, staleness.
+//!
+//! Time is passed in (nanoseconds on a monotonic clock) so tests can drive it.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, HistogramDataPoint, Metric as OtlpMetric, NumberDataPoint,
+    metric::Data, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+
+use higgsmeter_catalog::{COLLECTOR_FAMILIES, Family, Kind};
+
+use super::config::{AggregateConfig, GaugeAggregation};
+use super::naming::{normalize_labels, prometheus_name, render_labels, sanitize_label_name};
+use super::{MetricKind, RefusalReason};
+
+/// OTLP's `DataPointFlags.NO_RECORDED_VALUE`.
+const FLAG_NO_RECORDED_VALUE: u32 = 1;
+
+/// Names the collector exports itself; received metrics may not use them.
+pub(crate) const TARGET_INFO: &str = "target_info";
+
+/// What became of one request's points.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Outcome {
+    /// Points read.
+    pub(crate) received: u64,
+    /// Points refused, per reason.
+    pub(crate) refused: [u64; RefusalReason::COUNT],
+    /// The first refusal's message, for the OTLP partial-success `error_message`.
+    pub(crate) first_message: Option<String>,
+}
+
+impl Outcome {
+    pub(crate) fn refused_total(&self) -> u64 {
+        self.refused.iter().sum()
+    }
+
+    fn refuse(&mut self, reason: RefusalReason, n: u64, message: impl FnOnce() -> String) {
+        self.refused[reason as usize] += n;
+        if self.first_message.is_none() && n > 0 {
+            self.first_message = Some(message());
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Hist {
+    pub(crate) bounds: Vec<f64>,
+    pub(crate) counts: Vec<u64>,
+    pub(crate) count: u64,
+    pub(crate) sum: f64,
+}
+
+impl Hist {
+    fn empty(bounds: &[f64]) -> Hist {
+        Hist {
+            bounds: bounds.to_vec(),
+            counts: vec![0; bounds.len() + 1],
+            count: 0,
+            sum: 0.0,
+        }
+    }
+
+    fn add(&mut self, counts: &[u64], count: u64, sum: f64) {
+        for (a, b) in self.counts.iter_mut().zip(counts) {
+            *a = a.saturating_add(*b);
+        }
+        self.count = self.count.saturating_add(count);
+        self.sum += sum;
+    }
+}
+
+pub(crate) struct Metric {
+    pub(crate) otel_name: String,
+    pub(crate) prom_name: String,
+    pub(crate) kind: MetricKind,
+    pub(crate) help: String,
+    pub(crate) unit: String,
+    pub(crate) gauge_agg: GaugeAggregation,
+    pub(crate) series: usize,
+}
+
+pub(crate) struct Source {
+    pub(crate) resource: Vec<KeyValue>,
+    key: Vec<(String, String)>,
+    /// Sanitised labels every per-source series of this source carries.
+    pub(crate) labels: Vec<(String, String)>,
+    /// Rendered `target_info` labels.
+    pub(crate) target_info: String,
+    /// `job`, kept in the fleet view unless `service.name` is summed over.
+    fleet_job: Option<String>,
+    pub(crate) last_seen: u64,
+    series: usize,
+}
+
+pub(crate) enum Value {
+    Counter { value: f64 },
+    Gauge { value: f64, updated: u64 },
+    Histogram(Hist),
+}
+
+pub(crate) struct Series {
+    pub(crate) source: u32,
+    pub(crate) metric: u32,
+    pub(crate) fleet: u32,
+    hash: u64,
+    attrs: Vec<(String, String)>,
+    /// Rendered per-source labels (source labels, point labels, static labels).
+    pub(crate) labels: String,
+    pub(crate) last_seen: u64,
+    start: u64,
+    time: u64,
+    pub(crate) value: Value,
+}
+
+impl Series {
+    /// The value of point attribute `key`.
+    pub(crate) fn attr(&self, key: &str) -> Option<&str> {
+        self.attrs
+            .binary_search_by(|(k, _)| k.as_str().cmp(key))
+            .ok()
+            .map(|i| self.attrs[i].1.as_str())
+    }
+
+    /// The point attributes, sorted by key.
+    pub(crate) fn attrs(&self) -> &[(String, String)] {
+        &self.attrs
+    }
+}
+
+pub(crate) enum FleetValue {
+    Counter(f64),
+    Gauge,
+    Histogram(Hist),
+}
+
+pub(crate) struct Fleet {
+    pub(crate) metric: u32,
+    pub(crate) label_pairs: Vec<(String, String)>,
+    pub(crate) labels: String,
+    pub(crate) value: FleetValue,
+    warned_bounds: bool,
+}
+
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+
+/// The whole aggregation state, behind the aggregator's lock.
+pub(crate) struct Store {
+    pub(crate) config: AggregateConfig,
+    stale_after: u64,
+    forget_after: u64,
+    pub(crate) metrics: Vec<Metric>,
+    metric_by_name: HashMap<String, u32>,
+    prom_names: HashMap<String, u32>,
+    pub(crate) sources: Vec<Option<Source>>,
+    free_sources: Vec<u32>,
+    source_by_key: HashMap<Vec<(String, String)>, u32>,
+    pub(crate) series: Vec<Option<Series>>,
+    free_series: Vec<u32>,
+    series_index: IdMap<Vec<u32>>,
+    series_held: usize,
+    pub(crate) fleet: Vec<Fleet>,
+    fleet_index: HashMap<(u32, String), u32>,
+    pub(crate) static_labels: Vec<(String, String)>,
+    sum_over: Vec<String>,
+}
+
+fn fnv(bytes: &[u8], mut h: u64) -> u64 {
+    for b in bytes {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// The text form of an attribute value (strings as they are, arrays and maps as JSON).
+pub(crate) fn value_string(v: Option<&AnyValue>) -> Cow<'_, str> {
+    match v.and_then(|v| v.value.as_ref()) {
+        None => Cow::Borrowed(""),
+        Some(any_value::Value::StringValue(s)) => Cow::Borrowed(s),
+        Some(any_value::Value::BoolValue(b)) => Cow::Borrowed(if *b { "true" } else { "false" }),
+        Some(any_value::Value::IntValue(i)) => Cow::Owned(i.to_string()),
+        Some(any_value::Value::DoubleValue(d)) => Cow::Owned(d.to_string()),
+        Some(any_value::Value::BytesValue(b)) => {
+            Cow::Owned(b.iter().map(|x| format!("{x:02x}")).collect())
+        }
+        Some(other) => Cow::Owned(json_value(other).to_string()),
+    }
+}
+
+fn json_value(v: &any_value::Value) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        any_value::Value::StringValue(s) => J::String(s.clone()),
+        any_value::Value::BoolValue(b) => J::Bool(*b),
+        any_value::Value::IntValue(i) => J::from(*i),
+        any_value::Value::DoubleValue(d) => {
+            serde_json::Number::from_f64(*d).map_or(J::Null, J::Number)
+        }
+        any_value::Value::BytesValue(b) => {
+            J::String(b.iter().map(|x| format!("{x:02x}")).collect())
+        }
+        any_value::Value::ArrayValue(a) => J::Array(
+            a.values
+                .iter()
+                .map(|x| x.value.as_ref().map_or(J::Null, json_value))
+                .collect(),
+        ),
+        any_value::Value::KvlistValue(kv) => J::Object(
+            kv.values
+                .iter()
+                .map(|kv| {
+                    (
+                        kv.key.clone(),
+                        kv.value
+                            .as_ref()
+                            .and_then(|x| x.value.as_ref())
+                            .map_or(J::Null, json_value),
+                    )
+                })
+                .collect(),
+        ),
+        #[allow(unreachable_patterns)]
+        _ => J::Null,
+    }
+}
+
+fn attrs_hash(source: u32, metric: u32, attrs: &[KeyValue]) -> u64 {
+    let mut acc = 0u64;
+    for kv in attrs {
+        let h = fnv(kv.key.as_bytes(), 0xcbf2_9ce4_8422_2325);
+        let h = fnv(b"=", h);
+        let h = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
+            Some(any_value::Value::StringValue(s)) => fnv(s.as_bytes(), h),
+            _ => fnv(value_string(kv.value.as_ref()).as_bytes(), h),
+        };
+        acc = acc.wrapping_add(mix(h));
+    }
+    mix(acc ^ (u64::from(source) << 32 | u64::from(metric)).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+}
+
+fn attrs_equal(stored: &[(String, String)], attrs: &[KeyValue]) -> bool {
+    if stored.len() != attrs.len() {
+        return false;
+    }
+    attrs.iter().all(
+        |kv| match stored.binary_search_by(|(k, _)| k.as_str().cmp(&kv.key)) {
+            Ok(i) => stored[i].1 == value_string(kv.value.as_ref()),
+            Err(_) => false,
+        },
+    )
+}
+
+fn canonical(attrs: &[KeyValue]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = attrs
+        .iter()
+        .map(|kv| (kv.key.clone(), value_string(kv.value.as_ref()).into_owned()))
+        .collect();
+    out.sort();
+    out.dedup_by(|a, b| a.0 == b.0);
+    out
+}
+
+fn family_kind_matches(family: &Family, kind: MetricKind) -> bool {
+    matches!(
+        (family.kind, kind),
+        (Kind::Counter, MetricKind::Counter)
+            | (Kind::Gauge, MetricKind::Gauge)
+            | (Kind::Histogram, MetricKind::Histogram)
+    )
+}
+
+fn is_reserved(prom_name: &str) -> bool {
+    prom_name == TARGET_INFO || COLLECTOR_FAMILIES.iter().any(|f| f.name == prom_name)
+}
+
+impl Store {
+    pub(crate) fn new(config: AggregateConfig) -> Store {
+        let stale_after =
+            u64::try_from(config.effective_stale_after().as_nanos()).unwrap_or(u64::MAX);
+        let forget_after = u64::try_from(config.forget_after.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(stale_after);
+        let static_labels = config
+            .static_labels
+            .iter()
+            .map(|(k, v)| (sanitize_label_name(k), v.clone()))
+            .collect::<Vec<_>>();
+        let sum_over = config.sum_over.clone();
+        Store {
+            config,
+            stale_after,
+            forget_after,
+            metrics: Vec::new(),
+            metric_by_name: HashMap::new(),
+            prom_names: HashMap::new(),
+            sources: Vec::new(),
+            free_sources: Vec::new(),
+            source_by_key: HashMap::new(),
+            series: Vec::new(),
+            free_series: Vec::new(),
+            series_index: IdMap::default(),
+            series_held: 0,
+            fleet: Vec::new(),
+            fleet_index: HashMap::new(),
+            static_labels,
+            sum_over,
+        }
+    }
+
+    /// Whether something last seen at `seen` is still live at `now`.
+    pub(crate) fn is_live(&self, seen: u64, now: u64) -> bool {
+        now.saturating_sub(seen) <= self.stale_after
+    }
+
+    /// Per-source series held (live and remembered).
+    pub(crate) fn series_held(&self) -> usize {
+        self.series_held
+    }
+
+    /// Sources heard from within `stale_after`.
+    pub(crate) fn live_sources(&self, now: u64) -> usize {
+        self.sources
+            .iter()
+            .flatten()
+            .filter(|s| self.is_live(s.last_seen, now))
+            .count()
+    }
+
+    /// Reads every point of `req` into the store.
+    pub(crate) fn ingest(
+        &mut self,
+        req: &ExportMetricsServiceRequest,
+        now: u64,
+        out: &mut Outcome,
+    ) {
+        for rm in &req.resource_metrics {
+            let points: u64 = rm
+                .scope_metrics
+                .iter()
+                .flat_map(|sm| sm.metrics.iter())
+                .map(|m| point_count(m) as u64)
+                .sum();
+            out.received += points;
+            if points == 0 {
+                continue;
+            }
+            let source = self.source_for(rm.resource.as_ref(), now);
+            for sm in &rm.scope_metrics {
+                for m in &sm.metrics {
+                    self.metric(source, m, now, out);
+                }
+            }
+        }
+    }
+
+    fn source_for(&mut self, resource: Option<&Resource>, now: u64) -> u32 {
+        let attrs: &[KeyValue] = resource.map_or(&[], |r| &r.attributes);
+        let key = canonical(attrs);
+        if let Some(&id) = self.source_by_key.get(&key) {
+            if let Some(s) = self.sources[id as usize].as_mut() {
+                s.last_seen = now;
+            }
+            return id;
+        }
+        let get = |name: &str| key.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+        let service = get("service.name").unwrap_or("unknown_service");
+        let job = match get("service.namespace") {
+            Some(ns) if !ns.is_empty() => format!("{ns}/{service}"),
+            _ => service.to_owned(),
+        };
+        let instance = get("service.instance.id").unwrap_or("").to_owned();
+        let mut labels = vec![("job".to_owned(), job.clone())];
+        if !instance.is_empty() {
+            labels.push(("instance".to_owned(), instance.clone()));
+        }
+        for name in &self.sum_over {
+            if matches!(
+                name.as_str(),
+                "service.instance.id" | "service.name" | "service.namespace"
+            ) {
+                continue;
+            }
+            if let Some(v) = get(name) {
+                labels.push((sanitize_label_name(name), v.to_owned()));
+            }
+        }
+        let labels = normalize_labels(labels);
+        let mut info = vec![("job".to_owned(), job.clone())];
+        if !instance.is_empty() {
+            info.push(("instance".to_owned(), instance));
+        }
+        for (k, v) in &key {
+            if !matches!(
+                k.as_str(),
+                "service.name" | "service.namespace" | "service.instance.id"
+            ) {
+                info.push((sanitize_label_name(k), v.clone()));
+            }
+        }
+        info.extend(self.static_labels.iter().cloned());
+        let target_info = render_labels(&normalize_labels(info));
+        let fleet_job = (!self.sum_over.iter().any(|k| k == "service.name")).then_some(job);
+        let source = Source {
+            resource: attrs.to_vec(),
+            key: key.clone(),
+            labels,
+            target_info,
+            fleet_job,
+            last_seen: now,
+            series: 0,
+        };
+        let id = match self.free_sources.pop() {
+            Some(id) => {
+                self.sources[id as usize] = Some(source);
+                id
+            }
+            None => {
+                self.sources.push(Some(source));
+                (self.sources.len() - 1) as u32
+            }
+        };
+        self.source_by_key.insert(key, id);
+        id
+    }
+
+    fn metric_id(
+        &mut self,
+        m: &OtlpMetric,
+        kind: MetricKind,
+    ) -> Result<u32, (RefusalReason, String)> {
+        if let Some(&id) = self.metric_by_name.get(&m.name) {
+            let metric = &self.metrics[id as usize];
+            if metric.kind != kind {
+                return Err((
+                    RefusalReason::TypeConflict,
+                    format!(
+                        "metric `{}` is a {} here but was first received as a {}",
+                        m.name,
+                        kind.as_str(),
+                        metric.kind.as_str()
+                    ),
+                ));
+            }
+            return Ok(id);
+        }
+        if m.name.is_empty() {
+            return Err((
+                RefusalReason::Invalid,
+                "a metric has an empty name".to_owned(),
+            ));
+        }
+        let family = higgsmeter_catalog::find(&m.name);
+        if let Some(f) = family
+            && !family_kind_matches(f, kind)
+        {
+            return Err((
+                RefusalReason::TypeConflict,
+                format!(
+                    "metric `{}` is a {} in the higgsmeter catalog but was sent as a {}",
+                    m.name,
+                    f.kind.as_str(),
+                    kind.as_str()
+                ),
+            ));
+        }
+        let prom_name = prometheus_name(&m.name, &m.unit, kind, family);
+        if is_reserved(&prom_name)
+            || family.is_some_and(|f| COLLECTOR_FAMILIES.iter().any(|c| c.name == f.name))
+        {
+            return Err((
+                RefusalReason::TypeConflict,
+                format!("metric name `{prom_name}` is reserved for the collector's own metrics"),
+            ));
+        }
+        if let Some(&other) = self.prom_names.get(&prom_name) {
+            return Err((
+                RefusalReason::TypeConflict,
+                format!(
+                    "metric `{}` would be exported as `{prom_name}`, which metric `{}` already uses",
+                    m.name, self.metrics[other as usize].otel_name
+                ),
+            ));
+        }
+        if self.metrics.len() >= self.config.max_series {
+            return Err((
+                RefusalReason::Cardinality,
+                format!(
+                    "too many metric names (max_series = {})",
+                    self.config.max_series
+                ),
+            ));
+        }
+        let help = match family {
+            Some(f) => f.help.to_owned(),
+            None if m.description.is_empty() => m.name.clone(),
+            None => m.description.clone(),
+        };
+        let unit = family.map_or_else(|| m.unit.clone(), |f| f.unit.to_owned());
+        let gauge_agg = self.config.gauge_aggregation(&m.name, &prom_name);
+        let id = self.metrics.len() as u32;
+        self.metrics.push(Metric {
+            otel_name: m.name.clone(),
+            prom_name: prom_name.clone(),
+            kind,
+            help,
+            unit,
+            gauge_agg,
+            series: 0,
+        });
+        self.metric_by_name.insert(m.name.clone(), id);
+        self.prom_names.insert(prom_name, id);
+        Ok(id)
+    }
+
+    fn metric(&mut self, source: u32, m: &OtlpMetric, now: u64, out: &mut Outcome) {
+        let Some(data) = &m.data else { return };
+        let (kind, n) = match data {
+            Data::Sum(s) if s.is_monotonic => (MetricKind::Counter, s.data_points.len()),
+            Data::Sum(s) => (MetricKind::Gauge, s.data_points.len()),
+            Data::Gauge(g) => (MetricKind::Gauge, g.data_points.len()),
+            Data::Histogram(h) => (MetricKind::Histogram, h.data_points.len()),
+            Data::ExponentialHistogram(e) => {
+                out.refuse(RefusalReason::UnsupportedType, e.data_points.len() as u64, || {
+                    format!("metric `{}`: exponential histograms are not supported; configure an explicit-bucket histogram view", m.name)
+                });
+                return;
+            }
+            Data::Summary(s) => {
+                out.refuse(
+                    RefusalReason::UnsupportedType,
+                    s.data_points.len() as u64,
+                    || {
+                        format!(
+                            "metric `{}`: summaries are not supported; send a histogram",
+                            m.name
+                        )
+                    },
+                );
+                return;
+            }
+        };
+        if n == 0 {
+            return;
+        }
+        let metric = match self.metric_id(m, kind) {
+            Ok(id) => id,
+            Err((reason, msg)) => {
+                out.refuse(reason, n as u64, || msg);
+                return;
+            }
+        };
+        match data {
+            Data::Sum(s) => {
+                let delta = s.aggregation_temporality == AggregationTemporality::Delta as i32;
+                for p in &s.data_points {
+                    self.number_point(source, metric, kind, delta, p, now, out);
+                }
+            }
+            Data::Gauge(g) => {
+                for p in &g.data_points {
+                    self.number_point(source, metric, kind, false, p, now, out);
+                }
+            }
+            Data::Histogram(h) => {
+                let delta = h.aggregation_temporality == AggregationTemporality::Delta as i32;
+                for p in &h.data_points {
+                    self.histogram_point(source, metric, delta, p, now, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Finds or creates the per-source series of `attrs`; `bounds` for histograms.
+    fn series_for(
+        &mut self,
+        source: u32,
+        metric: u32,
+        attrs: &[KeyValue],
+        bounds: Option<&[f64]>,
+        now: u64,
+    ) -> Result<u32, (RefusalReason, String)> {
+        let hash = attrs_hash(source, metric, attrs);
+        if let Some(ids) = self.series_index.get(&hash) {
+            for &id in ids {
+                if let Some(s) = &self.series[id as usize]
+                    && s.source == source
+                    && s.metric == metric
+                    && attrs_equal(&s.attrs, attrs)
+                {
+                    return Ok(id);
+                }
+            }
+        }
+        let m = &self.metrics[metric as usize];
+        if m.series >= self.config.max_series_per_metric {
+            return Err((
+                RefusalReason::Cardinality,
+                format!(
+                    "metric `{}` has {} series, the max_series_per_metric limit",
+                    m.otel_name, m.series
+                ),
+            ));
+        }
+        if self.series_held + self.fleet.len() >= self.config.max_series {
+            return Err((
+                RefusalReason::Cardinality,
+                format!(
+                    "the collector holds {} series, the max_series limit",
+                    self.config.max_series
+                ),
+            ));
+        }
+        let attrs_key = canonical(attrs);
+        let Some(src) = self.sources[source as usize].as_ref() else {
+            return Err((RefusalReason::Invalid, "source vanished".to_owned()));
+        };
+        // Point labels, sanitised; names that clash with ours become exported_<name>.
+        let mut point_labels: Vec<(String, String)> = Vec::with_capacity(attrs_key.len());
+        let mut fleet_labels: Vec<(String, String)> = Vec::with_capacity(attrs_key.len() + 2);
+        for (k, v) in &attrs_key {
+            let mut name = sanitize_label_name(k);
+            if matches!(name.as_str(), "job" | "instance" | "le")
+                || src.labels.iter().any(|(l, _)| *l == name)
+                || self.static_labels.iter().any(|(l, _)| *l == name)
+            {
+                name = format!("exported_{name}");
+            }
+            point_labels.push((name.clone(), v.clone()));
+            if !self.sum_over.iter().any(|s| s == k) {
+                fleet_labels.push((name, v.clone()));
+            }
+        }
+        let mut labels = src.labels.clone();
+        labels.extend(point_labels);
+        labels.extend(self.static_labels.iter().cloned());
+        let labels = render_labels(&normalize_labels(labels));
+        if let Some(job) = &src.fleet_job {
+            fleet_labels.push(("job".to_owned(), job.clone()));
+        }
+        fleet_labels.extend(self.static_labels.iter().cloned());
+        let fleet_pairs = normalize_labels(fleet_labels);
+        let fleet_rendered = render_labels(&fleet_pairs);
+        let kind = m.kind;
+        let fleet = match self.fleet_index.get(&(metric, fleet_rendered.clone())) {
+            Some(&f) => {
+                if let (Some(b), FleetValue::Histogram(h)) = (bounds, &self.fleet[f as usize].value)
+                    && h.bounds != b
+                {
+                    return Err(self.bounds_refusal(f, metric));
+                }
+                f
+            }
+            None => {
+                let value = match kind {
+                    MetricKind::Counter => FleetValue::Counter(0.0),
+                    MetricKind::Gauge => FleetValue::Gauge,
+                    MetricKind::Histogram => {
+                        FleetValue::Histogram(Hist::empty(bounds.unwrap_or(&[])))
+                    }
+                };
+                let f = self.fleet.len() as u32;
+                self.fleet.push(Fleet {
+                    metric,
+                    label_pairs: fleet_pairs,
+                    labels: fleet_rendered.clone(),
+                    value,
+                    warned_bounds: false,
+                });
+                self.fleet_index.insert((metric, fleet_rendered), f);
+                f
+            }
+        };
+        let value = match kind {
+            MetricKind::Counter => Value::Counter { value: 0.0 },
+            MetricKind::Gauge => Value::Gauge {
+                value: 0.0,
+                updated: now,
+            },
+            MetricKind::Histogram => Value::Histogram(Hist::empty(bounds.unwrap_or(&[]))),
+        };
+        let series = Series {
+            source,
+            metric,
+            fleet,
+            hash,
+            attrs: attrs_key,
+            labels,
+            last_seen: now,
+            start: 0,
+            time: 0,
+            value,
+        };
+        let id = match self.free_series.pop() {
+            Some(id) => {
+                self.series[id as usize] = Some(series);
+                id
+            }
+            None => {
+                self.series.push(Some(series));
+                (self.series.len() - 1) as u32
+            }
+        };
+        self.series_index.entry(hash).or_default().push(id);
+        self.series_held += 1;
+        self.metrics[metric as usize].series += 1;
+        if let Some(s) = self.sources[source as usize].as_mut() {
+            s.series += 1;
+        }
+        Ok(id)
+    }
+
+    fn bounds_refusal(&mut self, fleet: u32, metric: u32) -> (RefusalReason, String) {
+        let f = &mut self.fleet[fleet as usize];
+        let name = &self.metrics[metric as usize].otel_name;
+        if !f.warned_bounds {
+            f.warned_bounds = true;
+            tracing::warn!(metric = %name, series = %f.labels, "histogram points with bucket bounds that differ from the series' bounds are refused");
+        }
+        (
+            RefusalReason::HistogramBounds,
+            format!(
+                "histogram `{name}` {{{}}}: bucket bounds differ from the bounds this series already has; refused, never mixed",
+                f.labels
+            ),
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn number_point(
+        &mut self,
+        source: u32,
+        metric: u32,
+        kind: MetricKind,
+        delta: bool,
+        p: &NumberDataPoint,
+        now: u64,
+        out: &mut Outcome,
+    ) {
+        if p.flags & FLAG_NO_RECORDED_VALUE != 0 {
+            return;
+        }
+        let v = match p.value {
+            Some(number_data_point::Value::AsDouble(d)) => d,
+            Some(number_data_point::Value::AsInt(i)) => i as f64,
+            None => {
+                let name = &self.metrics[metric as usize].otel_name;
+                out.refuse(RefusalReason::Invalid, 1, || {
+                    format!("metric `{name}`: a data point has no value")
+                });
+                return;
+            }
+        };
+        if !v.is_finite() {
+            let name = &self.metrics[metric as usize].otel_name;
+            out.refuse(RefusalReason::NonFinite, 1, || {
+                format!("metric `{name}`: value {v} is not a finite number")
+            });
+            return;
+        }
+        if kind == MetricKind::Counter && v < 0.0 {
+            let name = &self.metrics[metric as usize].otel_name;
+            out.refuse(RefusalReason::NegativeCounter, 1, || {
+                format!("metric `{name}`: monotonic sum value {v} is negative")
+            });
+            return;
+        }
+        let id = match self.series_for(source, metric, &p.attributes, None, now) {
+            Ok(id) => id,
+            Err((reason, msg)) => {
+                out.refuse(reason, 1, || msg);
+                return;
+            }
+        };
+        let Some(s) = self.series[id as usize].as_mut() else {
+            return;
+        };
+        s.last_seen = now;
+        // A point older than the last one accepted (a retried or reordered export) is
+        // stale: it changes nothing. So is an exact repeat of a delta.
+        let (start, time) = (p.start_time_unix_nano, p.time_unix_nano);
+        if time != 0
+            && s.time != 0
+            && (time < s.time || (delta && time == s.time && start == s.start))
+        {
+            return;
+        }
+        let increment = match &mut s.value {
+            Value::Counter { value } => {
+                let inc = if delta {
+                    *value += v;
+                    v
+                } else {
+                    let restarted = (start != 0 && s.start != 0 && start != s.start) || v < *value;
+                    let inc = if restarted { v } else { v - *value };
+                    *value = v;
+                    inc
+                };
+                Some(inc)
+            }
+            Value::Gauge { value, updated } => {
+                if delta {
+                    *value += v;
+                } else {
+                    *value = v;
+                }
+                *updated = now;
+                None
+            }
+            Value::Histogram(_) => None,
+        };
+        s.start = start;
+        s.time = time;
+        let fleet = s.fleet as usize;
+        if let (Some(inc), FleetValue::Counter(total)) = (increment, &mut self.fleet[fleet].value) {
+            *total += inc;
+        }
+    }
+
+    fn histogram_point(
+        &mut self,
+        source: u32,
+        metric: u32,
+        delta: bool,
+        p: &HistogramDataPoint,
+        now: u64,
+        out: &mut Outcome,
+    ) {
+        if p.flags & FLAG_NO_RECORDED_VALUE != 0 {
+            return;
+        }
+        let name = &self.metrics[metric as usize].otel_name;
+        let bounds = &p.explicit_bounds;
+        let buckets_ok = if bounds.is_empty() {
+            p.bucket_counts.len() <= 1
+        } else {
+            p.bucket_counts.len() == bounds.len() + 1
+        };
+        if !buckets_ok
+            || bounds.windows(2).any(|w| w[0] >= w[1])
+            || bounds.iter().any(|b| !b.is_finite())
+        {
+            out.refuse(RefusalReason::Invalid, 1, || {
+                format!(
+                    "histogram `{name}`: {} bucket counts for {} bounds (needs bounds + 1), or bounds not finite and increasing",
+                    p.bucket_counts.len(),
+                    bounds.len()
+                )
+            });
+            return;
+        }
+        if !p.bucket_counts.is_empty()
+            && p.bucket_counts
+                .iter()
+                .fold(0u64, |a, b| a.saturating_add(*b))
+                != p.count
+        {
+            out.refuse(RefusalReason::Invalid, 1, || {
+                format!(
+                    "histogram `{name}`: bucket counts do not add up to the count {}",
+                    p.count
+                )
+            });
+            return;
+        }
+        let sum = p.sum.unwrap_or(0.0);
+        if !sum.is_finite() {
+            out.refuse(RefusalReason::NonFinite, 1, || {
+                format!("histogram `{name}`: sum {sum} is not a finite number")
+            });
+            return;
+        }
+        let counts: Vec<u64> = if p.bucket_counts.is_empty() {
+            vec![p.count]
+        } else {
+            p.bucket_counts.clone()
+        };
+        let id = match self.series_for(source, metric, &p.attributes, Some(bounds), now) {
+            Ok(id) => id,
+            Err((reason, msg)) => {
+                out.refuse(reason, 1, || msg);
+                return;
+            }
+        };
+        let fleet_bounds_ok = self.series[id as usize].as_ref().is_some_and(|s| {
+            match (&s.value, &self.fleet[s.fleet as usize].value) {
+                (Value::Histogram(h), FleetValue::Histogram(f)) => {
+                    h.bounds == *bounds && f.bounds == *bounds
+                }
+                _ => false,
+            }
+        });
+        if !fleet_bounds_ok {
+            let fleet = self.series[id as usize].as_ref().map_or(0, |s| s.fleet);
+            let (reason, msg) = self.bounds_refusal(fleet, metric);
+            out.refuse(reason, 1, || msg);
+            return;
+        }
+        let Some(s) = self.series[id as usize].as_mut() else {
+            return;
+        };
+        s.last_seen = now;
+        let (start, time) = (p.start_time_unix_nano, p.time_unix_nano);
+        if time != 0
+            && s.time != 0
+            && (time < s.time || (delta && time == s.time && start == s.start))
+        {
+            return;
+        }
+        let Value::Histogram(h) = &mut s.value else {
+            return;
+        };
+        let (inc_counts, inc_count, inc_sum): (Vec<u64>, u64, f64) = if delta {
+            (counts.clone(), p.count, sum)
+        } else {
+            let restarted = (start != 0 && s.start != 0 && start != s.start)
+                || p.count < h.count
+                || counts.iter().zip(&h.counts).any(|(a, b)| a < b);
+            if restarted {
+                (counts.clone(), p.count, sum)
+            } else {
+                (
+                    counts.iter().zip(&h.counts).map(|(a, b)| a - b).collect(),
+                    p.count - h.count,
+                    sum - h.sum,
+                )
+            }
+        };
+        if delta {
+            h.add(&counts, p.count, sum);
+        } else {
+            h.counts = counts;
+            h.count = p.count;
+            h.sum = sum;
+        }
+        s.start = start;
+        s.time = time;
+        let fleet = s.fleet as usize;
+        if let FleetValue::Histogram(f) = &mut self.fleet[fleet].value {
+            f.add(&inc_counts, inc_count, inc_sum);
+        }
+    }
+
+    /// Forgets series (and sources) silent for longer than `forget_after`. Counted
+    /// contributions stay in the fleet aggregates.
+    pub(crate) fn sweep(&mut self, now: u64) {
+        for id in 0..self.series.len() {
+            let forget = match &self.series[id] {
+                Some(s) => now.saturating_sub(s.last_seen) > self.forget_after,
+                None => false,
+            };
+            if !forget {
+                continue;
+            }
+            if let Some(s) = self.series[id].take() {
+                if let Some(ids) = self.series_index.get_mut(&s.hash) {
+                    ids.retain(|&x| x as usize != id);
+                    if ids.is_empty() {
+                        self.series_index.remove(&s.hash);
+                    }
+                }
+                self.series_held -= 1;
+                self.metrics[s.metric as usize].series -= 1;
+                if let Some(src) = self.sources[s.source as usize].as_mut() {
+                    src.series -= 1;
+                }
+                self.free_series.push(id as u32);
+            }
+        }
+        for id in 0..self.sources.len() {
+            let forget = match &self.sources[id] {
+                Some(s) => s.series == 0 && now.saturating_sub(s.last_seen) > self.forget_after,
+                None => false,
+            };
+            if forget && let Some(s) = self.sources[id].take() {
+                self.source_by_key.remove(&s.key);
+                self.free_sources.push(id as u32);
+            }
+        }
+    }
+}
+
+fn point_count(m: &OtlpMetric) -> usize {
+    match &m.data {
+        Some(Data::Sum(s)) => s.data_points.len(),
+        Some(Data::Gauge(g)) => g.data_points.len(),
+        Some(Data::Histogram(h)) => h.data_points.len(),
+        Some(Data::ExponentialHistogram(e)) => e.data_points.len(),
+        Some(Data::Summary(s)) => s.data_points.len(),
+        None => 0,
+    }
+}

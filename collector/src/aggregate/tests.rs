@@ -1,0 +1,528 @@
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
+    ResourceMetrics, ScopeMetrics, Sum, metric::Data, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use proptest::prelude::*;
+
+use super::store::{FleetValue, Outcome, Store};
+use super::*;
+
+const SEC: u64 = 1_000_000_000;
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+fn request(resource: Vec<KeyValue>, metrics: Vec<Metric>) -> ExportMetricsServiceRequest {
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: resource,
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                metrics,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn worker(rank: u32) -> Vec<KeyValue> {
+    vec![
+        kv("service.name", "w"),
+        kv("service.instance.id", &format!("id-{rank}")),
+        kv("rank", &rank.to_string()),
+    ]
+}
+
+fn point(attrs: Vec<KeyValue>, start: u64, time: u64, v: f64) -> NumberDataPoint {
+    NumberDataPoint {
+        attributes: attrs,
+        start_time_unix_nano: start,
+        time_unix_nano: time,
+        value: Some(number_data_point::Value::AsDouble(v)),
+        ..Default::default()
+    }
+}
+
+fn counter(name: &str, delta: bool, points: Vec<NumberDataPoint>) -> Metric {
+    let temporality = if delta {
+        AggregationTemporality::Delta
+    } else {
+        AggregationTemporality::Cumulative
+    };
+    Metric {
+        name: name.into(),
+        data: Some(Data::Sum(Sum {
+            data_points: points,
+            aggregation_temporality: temporality as i32,
+            is_monotonic: true,
+        })),
+        ..Default::default()
+    }
+}
+
+fn gauge(name: &str, points: Vec<NumberDataPoint>) -> Metric {
+    Metric {
+        name: name.into(),
+        data: Some(Data::Gauge(Gauge {
+            data_points: points,
+        })),
+        ..Default::default()
+    }
+}
+
+fn histogram(
+    name: &str,
+    bounds: &[f64],
+    counts: &[u64],
+    sum: f64,
+    start: u64,
+    time: u64,
+) -> Metric {
+    Metric {
+        name: name.into(),
+        data: Some(Data::Histogram(Histogram {
+            data_points: vec![HistogramDataPoint {
+                start_time_unix_nano: start,
+                time_unix_nano: time,
+                count: counts.iter().sum(),
+                sum: Some(sum),
+                bucket_counts: counts.to_vec(),
+                explicit_bounds: bounds.to_vec(),
+                ..Default::default()
+            }],
+            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+        })),
+        ..Default::default()
+    }
+}
+
+fn ingest(store: &mut Store, req: &ExportMetricsServiceRequest, now: u64) -> Outcome {
+    let mut out = Outcome::default();
+    store.ingest(req, now, &mut out);
+    out
+}
+
+fn fleet_counter(store: &Store, name: &str) -> f64 {
+    store
+        .fleet
+        .iter()
+        .filter(|f| store.metrics[f.metric as usize].otel_name == name)
+        .map(|f| match f.value {
+            FleetValue::Counter(v) => v,
+            _ => 0.0,
+        })
+        .sum()
+}
+
+fn config() -> AggregateConfig {
+    AggregateConfig {
+        stale_after: Some(std::time::Duration::from_secs(5)),
+        ..AggregateConfig::default()
+    }
+}
+
+fn render(store: &Store, view: View, now: u64) -> String {
+    render::render(
+        store,
+        view,
+        now,
+        &crate::self_metrics::SelfMetrics::default(),
+    )
+}
+
+#[test]
+fn cumulative_counters_sum_over_ranks_and_survive_restarts() {
+    let mut s = Store::new(config());
+    let attrs = || vec![kv("state", "gpu")];
+    for rank in 0..3 {
+        ingest(
+            &mut s,
+            &request(
+                worker(rank),
+                vec![counter("busy", false, vec![point(attrs(), 10, 20, 5.0)])],
+            ),
+            SEC,
+        );
+    }
+    assert_eq!(fleet_counter(&s, "busy"), 15.0);
+    ingest(
+        &mut s,
+        &request(
+            worker(0),
+            vec![counter("busy", false, vec![point(attrs(), 10, 30, 7.0)])],
+        ),
+        2 * SEC,
+    );
+    assert_eq!(fleet_counter(&s, "busy"), 17.0);
+    // Rank 0 restarts: new start time, value from zero.
+    ingest(
+        &mut s,
+        &request(
+            worker(0),
+            vec![counter("busy", false, vec![point(attrs(), 40, 50, 1.0)])],
+        ),
+        3 * SEC,
+    );
+    assert_eq!(fleet_counter(&s, "busy"), 18.0);
+    // A value drop without a start time is a reset too.
+    ingest(
+        &mut s,
+        &request(
+            worker(1),
+            vec![counter("busy", false, vec![point(attrs(), 0, 60, 2.0)])],
+        ),
+        3 * SEC,
+    );
+    assert_eq!(fleet_counter(&s, "busy"), 20.0);
+    // A retried older export changes nothing.
+    ingest(
+        &mut s,
+        &request(
+            worker(0),
+            vec![counter("busy", false, vec![point(attrs(), 10, 30, 7.0)])],
+        ),
+        3 * SEC,
+    );
+    assert_eq!(fleet_counter(&s, "busy"), 20.0);
+    let text = render(&s, View::Fleet, 3 * SEC);
+    assert!(
+        text.contains("# TYPE busy_total counter\nbusy_total{job=\"w\",state=\"gpu\"} 20\n"),
+        "{text}"
+    );
+    let sources = render(&s, View::Sources, 3 * SEC);
+    assert!(
+        sources.contains("busy_total{instance=\"id-0\",job=\"w\",rank=\"0\",state=\"gpu\"} 1\n"),
+        "{sources}"
+    );
+}
+
+#[test]
+fn dead_sources_keep_their_contribution_but_leave_gauges() {
+    let mut s = Store::new(config());
+    for rank in 0..2 {
+        let req = request(
+            worker(rank),
+            vec![
+                counter("busy", true, vec![point(vec![], 10, 20, 3.0)]),
+                gauge("queue", vec![point(vec![], 0, 20, 4.0)]),
+                gauge(
+                    higgsmeter_catalog::WORKER_CURRENT_STATE.name,
+                    vec![point(vec![], 0, 20, 3.0)],
+                ),
+            ],
+        );
+        ingest(&mut s, &req, rank as u64 * 4 * SEC);
+    }
+    let text = render(&s, View::Fleet, 4 * SEC);
+    assert!(text.contains("queue{job=\"w\"} 8\n"), "{text}");
+    assert!(
+        text.contains("worker_sources_in_state{state=\"gpu\"} 2\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("worker_current_state{instance=\"id-0\",job=\"w\",rank=\"0\"} 3\n"),
+        "{text}"
+    );
+    // Rank 0 went silent at 0 s; at 8 s it is stale.
+    let text = render(&s, View::Fleet, 8 * SEC);
+    assert!(text.contains("busy_total{job=\"w\"} 6\n"), "{text}");
+    assert!(text.contains("queue{job=\"w\"} 4\n"), "{text}");
+    assert!(
+        text.contains("worker_sources_in_state{state=\"gpu\"} 1\n"),
+        "{text}"
+    );
+    assert!(!text.contains("rank=\"0\""), "{text}");
+    // Forgotten after forget_after: the contribution stays.
+    s.sweep(2 * 3600 * SEC);
+    assert_eq!(s.series_held(), 0);
+    assert_eq!(fleet_counter(&s, "busy"), 6.0);
+}
+
+#[test]
+fn gauge_rules() {
+    let mut cfg = config();
+    cfg.gauges = vec![
+        GaugeRule {
+            pattern: "temp*".into(),
+            aggregation: GaugeAggregation::Max,
+        },
+        GaugeRule {
+            pattern: "free".into(),
+            aggregation: GaugeAggregation::Min,
+        },
+        GaugeRule {
+            pattern: "ver".into(),
+            aggregation: GaugeAggregation::Last,
+        },
+    ];
+    let mut s = Store::new(cfg);
+    for (rank, v) in [(0, 5.0), (1, 9.0), (2, 7.0)] {
+        let req = request(
+            worker(rank),
+            vec![
+                gauge("temp_c", vec![point(vec![], 0, 1, v)]),
+                gauge("free", vec![point(vec![], 0, 1, v)]),
+                gauge("ver", vec![point(vec![], 0, 1, v)]),
+            ],
+        );
+        ingest(&mut s, &req, SEC + rank as u64);
+    }
+    let text = render(&s, View::Fleet, 2 * SEC);
+    assert!(text.contains("temp_c{job=\"w\"} 9\n"), "{text}");
+    assert!(text.contains("free{job=\"w\"} 5\n"), "{text}");
+    assert!(text.contains("ver{job=\"w\"} 7\n"), "{text}");
+}
+
+#[test]
+fn histograms_merge_with_equal_bounds_and_refuse_others() {
+    let mut s = Store::new(config());
+    let b = [1.0, 5.0];
+    ingest(
+        &mut s,
+        &request(
+            worker(0),
+            vec![histogram("lat", &b, &[1, 2, 3], 20.0, 1, 2)],
+        ),
+        SEC,
+    );
+    ingest(
+        &mut s,
+        &request(worker(1), vec![histogram("lat", &b, &[1, 0, 0], 0.5, 1, 2)]),
+        SEC,
+    );
+    ingest(
+        &mut s,
+        &request(
+            worker(0),
+            vec![histogram("lat", &b, &[2, 2, 3], 20.5, 1, 3)],
+        ),
+        SEC,
+    );
+    let out = ingest(
+        &mut s,
+        &request(
+            worker(2),
+            vec![histogram("lat", &[1.0, 10.0], &[1, 0, 0], 0.5, 1, 2)],
+        ),
+        SEC,
+    );
+    assert_eq!(out.refused[RefusalReason::HistogramBounds as usize], 1);
+    assert!(out.first_message.unwrap_or_default().contains("bounds"));
+    let text = render(&s, View::Fleet, SEC);
+    for line in [
+        "lat_bucket{job=\"w\",le=\"1\"} 3\n",
+        "lat_bucket{job=\"w\",le=\"5\"} 5\n",
+        "lat_bucket{job=\"w\",le=\"+Inf\"} 8\n",
+        "lat_sum{job=\"w\"} 21\n",
+        "lat_count{job=\"w\"} 8\n",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
+    // Rank 0 restarts (new start): its whole new histogram counts.
+    ingest(
+        &mut s,
+        &request(
+            worker(0),
+            vec![histogram("lat", &b, &[0, 1, 0], 2.0, 9, 10)],
+        ),
+        SEC,
+    );
+    let text = render(&s, View::Fleet, SEC);
+    assert!(text.contains("lat_count{job=\"w\"} 9\n"), "{text}");
+}
+
+#[test]
+fn bad_points_are_refused_with_reasons() {
+    let mut s = Store::new(config());
+    let req = request(
+        worker(0),
+        vec![
+            counter(
+                "c",
+                false,
+                vec![
+                    point(vec![], 1, 2, f64::NAN),
+                    point(vec![kv("a", "b")], 1, 2, -1.0),
+                    point(vec![kv("a", "c")], 1, 2, 2.0),
+                ],
+            ),
+            gauge("c", vec![point(vec![], 1, 2, 1.0)]),
+            gauge("target_info", vec![point(vec![], 1, 2, 1.0)]),
+            counter(
+                higgsmeter_catalog::WORKER_CURRENT_STATE.name,
+                false,
+                vec![point(vec![], 1, 2, 1.0)],
+            ),
+        ],
+    );
+    let out = ingest(&mut s, &req, SEC);
+    assert_eq!(out.received, 6);
+    assert_eq!(out.refused[RefusalReason::NonFinite as usize], 1);
+    assert_eq!(out.refused[RefusalReason::NegativeCounter as usize], 1);
+    assert_eq!(out.refused[RefusalReason::TypeConflict as usize], 3);
+    assert_eq!(fleet_counter(&s, "c"), 2.0);
+}
+
+#[test]
+fn cardinality_is_bounded() {
+    let mut cfg = config();
+    cfg.max_series_per_metric = 3;
+    let mut s = Store::new(cfg);
+    let points = (0..10)
+        .map(|i| point(vec![kv("i", &i.to_string())], 1, 2, 1.0))
+        .collect();
+    let out = ingest(
+        &mut s,
+        &request(worker(0), vec![counter("c", true, points)]),
+        SEC,
+    );
+    assert_eq!(out.refused[RefusalReason::Cardinality as usize], 7);
+    assert_eq!(s.series_held(), 3);
+    assert_eq!(fleet_counter(&s, "c"), 3.0);
+}
+
+#[test]
+fn static_labels_and_sanitising() {
+    let mut cfg = config();
+    cfg.static_labels
+        .insert("model_name".into(), "llama".into());
+    let mut s = Store::new(cfg);
+    let m = Metric {
+        name: "http.server.duration".into(),
+        unit: "ms".into(),
+        data: Some(Data::Gauge(Gauge {
+            data_points: vec![point(
+                vec![kv("http.method", "GET"), kv("job", "x")],
+                0,
+                1,
+                3.0,
+            )],
+        })),
+        ..Default::default()
+    };
+    ingest(&mut s, &request(worker(0), vec![m]), SEC);
+    let text = render(&s, View::Fleet, SEC);
+    assert!(
+        text.contains("http_server_duration_milliseconds{exported_job=\"x\",http_method=\"GET\",job=\"w\",model_name=\"llama\"} 3\n"),
+        "{text}"
+    );
+    assert!(text.contains("target_info{"), "{text}");
+    assert!(text.contains("model_name=\"llama\""));
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Add { source: usize, amount: u32 },
+    Export { source: usize },
+    Restart { source: usize },
+    Retry { source: usize },
+    Wait { secs: u64 },
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        4 => (0..4usize, 0..1000u32).prop_map(|(source, amount)| Step::Add { source, amount }),
+        4 => (0..4usize).prop_map(|source| Step::Export { source }),
+        1 => (0..4usize).prop_map(|source| Step::Restart { source }),
+        1 => (0..4usize).prop_map(|source| Step::Retry { source }),
+        1 => (0..20u64).prop_map(|secs| Step::Wait { secs }),
+    ]
+}
+
+#[derive(Default, Clone)]
+struct Sim {
+    incarnation: u64,
+    value: u64,
+    pending: u64,
+    last_sent: Option<(u64, u64, u64)>,
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Random interleavings of sources (two cumulative, two delta) with restarts,
+    /// retried exports and staleness: the fleet counter always equals the true sum of
+    /// every increment reported, and never decreases.
+    #[test]
+    fn fleet_counter_is_the_true_sum_and_monotonic(steps in prop::collection::vec(step(), 1..120)) {
+        let mut s = Store::new(config());
+        let mut sims = vec![Sim::default(); 4];
+        let mut now = SEC;
+        let mut clock = 100u64;
+        let mut truth = 0u64;
+        let mut last = 0.0f64;
+        for step in steps {
+            clock += 1;
+            match step {
+                Step::Add { source, amount } => {
+                    sims[source].value += u64::from(amount);
+                    sims[source].pending += u64::from(amount);
+                }
+                Step::Export { source } => {
+                    let delta = source >= 2;
+                    let sim = &mut sims[source];
+                    let start = 1 + sim.incarnation * 1_000_000;
+                    let v = if delta { sim.pending } else { sim.value };
+                    let p_start = if delta { clock - 1 } else { start };
+                    let req = request(worker(source as u32), vec![counter("work", delta, vec![point(vec![kv("k", "v")], p_start, clock, v as f64)])]);
+                    let out = ingest(&mut s, &req, now);
+                    prop_assert_eq!(out.refused_total(), 0);
+                    truth += sim.pending;
+                    sim.pending = 0;
+                    sim.last_sent = Some((p_start, clock, v));
+                }
+                Step::Retry { source } => {
+                    let delta = source >= 2;
+                    if let Some((start, time, v)) = sims[source].last_sent {
+                        let req = request(worker(source as u32), vec![counter("work", delta, vec![point(vec![kv("k", "v")], start, time, v as f64)])]);
+                        ingest(&mut s, &req, now);
+                    }
+                }
+                Step::Restart { source } => {
+                    let sim = &mut sims[source];
+                    sim.incarnation += 1;
+                    sim.value = 0;
+                    sim.pending = 0;
+                }
+                Step::Wait { secs } => {
+                    now += secs * SEC;
+                    s.sweep(now);
+                }
+            }
+            let total = fleet_counter(&s, "work");
+            prop_assert!(total >= last, "fleet counter decreased: {} -> {}", last, total);
+            prop_assert_eq!(total, truth as f64);
+            last = total;
+        }
+    }
+
+    /// Whatever arrives, both views render as well-formed exposition text.
+    #[test]
+    fn render_never_breaks(names in prop::collection::vec("[a-z.]{1,8}", 1..5), values in prop::collection::vec(-1e6f64..1e6, 1..5)) {
+        let mut s = Store::new(config());
+        for (i, (n, v)) in names.iter().zip(values.iter().cycle()).enumerate() {
+            let req = request(worker(i as u32), vec![gauge(n, vec![point(vec![kv("x\"y", "a\nb\\")], 0, 1, *v)])]);
+            ingest(&mut s, &req, SEC);
+        }
+        for view in [View::Fleet, View::Sources] {
+            let text = render(&s, view, SEC);
+            for line in text.lines() {
+                prop_assert!(line.starts_with('#') || line.split(' ').count() >= 2, "{}", line);
+                prop_assert!(!line.contains("\n"));
+            }
+        }
+    }
+}

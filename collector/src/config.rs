@@ -1,0 +1,813 @@
+//! The collector's configuration: built-in defaults, or a YAML file in the shape of the
+//! OpenTelemetry Collector's (`receivers`, `processors`, `exporters`, `service`), with
+//! its key names for the parts implemented here. Every key and default is documented
+//! in `otel-config/README.md`; unknown keys are errors naming the key's path.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+pub use crate::aggregate::AggregateConfig;
+use crate::error::Error;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where data comes in. Missing: OTLP gRPC and HTTP on their default endpoints.
+    #[serde(default = "Receivers::builtin")]
+    pub receivers: Receivers,
+    /// The aggregation (`higgsmeter`). Missing: the defaults.
+    #[serde(default)]
+    pub processors: Processors,
+    /// Where data goes. Missing: the Prometheus endpoint only.
+    #[serde(default = "Exporters::builtin")]
+    pub exporters: Exporters,
+    /// Which components run. Missing: every configured component.
+    #[serde(default)]
+    pub service: Service,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            receivers: Receivers::builtin(),
+            processors: Processors::default(),
+            exporters: Exporters::builtin(),
+            service: Service::default(),
+        }
+    }
+}
+
+/// Deserialises `key:` (YAML null) as the component's defaults, as the OpenTelemetry
+/// Collector does.
+fn null_is_default<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
+}
+
+/// `receivers`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Receivers {
+    /// `receivers.otlp`.
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub otlp: Option<OtlpReceiver>,
+}
+
+impl Receivers {
+    fn builtin() -> Receivers {
+        Receivers {
+            otlp: Some(OtlpReceiver {
+                protocols: Protocols {
+                    grpc: Some(GrpcReceiver::default()),
+                    http: Some(HttpReceiver::default()),
+                },
+            }),
+        }
+    }
+}
+
+/// `receivers.otlp`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpReceiver {
+    /// `receivers.otlp.protocols`: each protocol present is on.
+    pub protocols: Protocols,
+}
+
+impl Default for OtlpReceiver {
+    fn default() -> Self {
+        Receivers::builtin().otlp.unwrap_or(OtlpReceiver {
+            protocols: Protocols::default(),
+        })
+    }
+}
+
+/// `receivers.otlp.protocols`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Protocols {
+    /// OTLP/gRPC.
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub grpc: Option<GrpcReceiver>,
+    /// OTLP/HTTP.
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub http: Option<HttpReceiver>,
+}
+
+/// `receivers.otlp.protocols.grpc`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpcReceiver {
+    /// `host:port` to listen on (default `127.0.0.1:4317`; port 0 picks a free port).
+    pub endpoint: String,
+    /// Largest accepted message, MiB, after decompression (default 16).
+    pub max_recv_msg_size_mib: u64,
+}
+
+impl Default for GrpcReceiver {
+    fn default() -> Self {
+        GrpcReceiver {
+            endpoint: "127.0.0.1:4317".into(),
+            max_recv_msg_size_mib: 16,
+        }
+    }
+}
+
+/// `receivers.otlp.protocols.http`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpReceiver {
+    /// `host:port` to listen on (default `127.0.0.1:4318`).
+    pub endpoint: String,
+    /// Largest accepted body, bytes, before and after decompression (default 16 MiB).
+    pub max_request_body_size: u64,
+}
+
+impl Default for HttpReceiver {
+    fn default() -> Self {
+        HttpReceiver {
+            endpoint: "127.0.0.1:4318".into(),
+            max_request_body_size: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// `processors`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Processors {
+    /// `processors.higgsmeter`: the aggregation.
+    #[serde(default = "some_default", deserialize_with = "null_is_default")]
+    pub higgsmeter: Option<AggregateConfig>,
+}
+
+fn some_default<T: Default>() -> Option<T> {
+    Some(T::default())
+}
+
+impl Default for Processors {
+    fn default() -> Self {
+        Processors {
+            higgsmeter: Some(AggregateConfig::default()),
+        }
+    }
+}
+
+/// `exporters`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Exporters {
+    /// `exporters.prometheus`.
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub prometheus: Option<PrometheusExporter>,
+    /// `exporters.otlp`: OTLP/gRPC push.
+    #[serde(default)]
+    pub otlp: Option<OtlpExporter>,
+    /// `exporters.otlphttp`: OTLP/HTTP push.
+    #[serde(default)]
+    pub otlphttp: Option<OtlpExporter>,
+}
+
+impl Exporters {
+    fn builtin() -> Exporters {
+        Exporters {
+            prometheus: Some(PrometheusExporter::default()),
+            otlp: None,
+            otlphttp: None,
+        }
+    }
+}
+
+/// `exporters.prometheus`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrometheusExporter {
+    /// `host:port` serving `/metrics` (default `127.0.0.1:9464`).
+    pub endpoint: String,
+    /// Whether `/metrics/sources` (the per-source view) is served (default true).
+    pub sources_view: bool,
+}
+
+impl Default for PrometheusExporter {
+    fn default() -> Self {
+        PrometheusExporter {
+            endpoint: "127.0.0.1:9464".into(),
+            sources_view: true,
+        }
+    }
+}
+
+/// `exporters.otlp` / `exporters.otlphttp`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpExporter {
+    /// The upstream: `http://host:4317` (gRPC) or `http://host:4318` (HTTP; `/v1/metrics`
+    /// is appended unless the URL has a path). Required.
+    pub endpoint: String,
+    /// How often the aggregate is pushed (default 10 s).
+    #[serde(default = "default_export_interval", with = "duration_serde")]
+    pub interval: Duration,
+    /// Per-attempt timeout (default 5 s).
+    #[serde(default = "default_timeout", with = "duration_serde")]
+    pub timeout: Duration,
+    /// `gzip` (default) or `none`.
+    #[serde(default)]
+    pub compression: Compression,
+    /// Also push every live source's series, with its own resource (default false).
+    #[serde(default)]
+    pub include_sources: bool,
+    /// The bounded queue of pending pushes.
+    #[serde(default)]
+    pub sending_queue: SendingQueue,
+    /// Retries with exponential backoff.
+    #[serde(default)]
+    pub retry_on_failure: RetryOnFailure,
+}
+
+fn default_export_interval() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+/// Compression of OTLP pushes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Compression {
+    /// gzip (the default).
+    #[default]
+    Gzip,
+    /// None.
+    None,
+}
+
+/// `sending_queue`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SendingQueue {
+    /// Pending pushes held while the upstream is down or slow (default 8); when full the
+    /// oldest is dropped and its points counted.
+    pub queue_size: usize,
+}
+
+impl Default for SendingQueue {
+    fn default() -> Self {
+        SendingQueue { queue_size: 8 }
+    }
+}
+
+/// `retry_on_failure`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryOnFailure {
+    /// First wait after a failed push (default 200 ms); doubles after each failure.
+    #[serde(with = "duration_serde")]
+    pub initial_interval: Duration,
+    /// Longest wait between attempts (default 30 s).
+    #[serde(with = "duration_serde")]
+    pub max_interval: Duration,
+}
+
+impl Default for RetryOnFailure {
+    fn default() -> Self {
+        RetryOnFailure {
+            initial_interval: Duration::from_millis(200),
+            max_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// `service`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    /// `service.pipelines`.
+    #[serde(default)]
+    pub pipelines: Pipelines,
+}
+
+/// `service.pipelines`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pipelines {
+    /// `service.pipelines.metrics`; missing: every configured component.
+    #[serde(default)]
+    pub metrics: Option<Pipeline>,
+}
+
+/// `service.pipelines.metrics`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pipeline {
+    /// Receiver names (`otlp`).
+    #[serde(default)]
+    pub receivers: Vec<String>,
+    /// Processor names (`higgsmeter`; the aggregation runs whether listed or not).
+    #[serde(default)]
+    pub processors: Vec<String>,
+    /// Exporter names (`prometheus`, `otlp`, `otlphttp`).
+    #[serde(default)]
+    pub exporters: Vec<String>,
+}
+
+/// Command-line settings that win over the file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    /// `receivers.otlp.protocols.grpc.endpoint` (turns gRPC on).
+    pub grpc: Option<String>,
+    /// `receivers.otlp.protocols.http.endpoint` (turns HTTP on).
+    pub http: Option<String>,
+    /// `exporters.prometheus.endpoint` (turns the endpoint on).
+    pub prometheus: Option<String>,
+    /// `exporters.otlp.endpoint` (turns the gRPC push on).
+    pub otlp_endpoint: Option<String>,
+    /// `exporters.otlphttp.endpoint` (turns the HTTP push on).
+    pub otlphttp_endpoint: Option<String>,
+}
+
+/// Which OTLP transport an exporter pushes with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushProtocol {
+    /// `exporters.otlp`.
+    Grpc,
+    /// `exporters.otlphttp`.
+    Http,
+}
+
+/// The validated plan: what to start, where.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The gRPC receiver's address and message limit, bytes.
+    pub grpc: Option<(SocketAddr, usize)>,
+    /// The HTTP receiver's address and body limit, bytes.
+    pub http: Option<(SocketAddr, usize)>,
+    /// The Prometheus endpoint's address and whether `/metrics/sources` is served.
+    pub prometheus: Option<(SocketAddr, bool)>,
+    /// OTLP pushes.
+    pub pushes: Vec<(PushProtocol, OtlpExporter)>,
+    /// The aggregation.
+    pub aggregate: AggregateConfig,
+}
+
+fn config_error(path: impl Into<String>, message: impl Into<String>) -> Error {
+    Error::Config {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+fn resolve(path: &str, endpoint: &str) -> Result<SocketAddr, Error> {
+    let mut addrs = endpoint.to_socket_addrs().map_err(|e| {
+        config_error(
+            path,
+            format!("`{endpoint}` is not a host:port address ({e}); write e.g. 127.0.0.1:4317"),
+        )
+    })?;
+    addrs
+        .next()
+        .ok_or_else(|| config_error(path, format!("`{endpoint}` resolves to no address")))
+}
+
+fn check_url(path: &str, url: &str) -> Result<(), Error> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        config_error(
+            path,
+            format!("`{url}` must start with http:// (TLS is not supported)"),
+        )
+    })?;
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.is_empty() || !authority.contains(':') {
+        return Err(config_error(
+            path,
+            format!("`{url}` needs a host and a port, e.g. http://127.0.0.1:4317"),
+        ));
+    }
+    Ok(())
+}
+
+impl Config {
+    /// Reads and validates a YAML file.
+    pub fn from_file(path: &Path) -> Result<Config, Error> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::ReadConfig {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::from_yaml(&text)
+    }
+
+    /// Parses YAML text (not yet validated: see [`Config::plan`]).
+    pub fn from_yaml(text: &str) -> Result<Config, Error> {
+        let value: serde_json::Value = serde_saphyr::from_str(text).map_err(|e| Error::Yaml {
+            message: e.to_string(),
+        })?;
+        let value = if value.is_null() {
+            serde_json::Value::Object(Default::default())
+        } else {
+            value
+        };
+        serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." {
+                "(top level)".to_owned()
+            } else {
+                path
+            };
+            config_error(path, e.into_inner().to_string())
+        })
+    }
+
+    /// Applies command-line settings.
+    pub fn apply(&mut self, o: &Overrides) {
+        let mut add_receiver = false;
+        if let Some(ep) = &o.grpc {
+            let otlp = self.receivers.otlp.get_or_insert_with(|| OtlpReceiver {
+                protocols: Protocols::default(),
+            });
+            otlp.protocols
+                .grpc
+                .get_or_insert_with(GrpcReceiver::default)
+                .endpoint = ep.clone();
+            add_receiver = true;
+        }
+        if let Some(ep) = &o.http {
+            let otlp = self.receivers.otlp.get_or_insert_with(|| OtlpReceiver {
+                protocols: Protocols::default(),
+            });
+            otlp.protocols
+                .http
+                .get_or_insert_with(HttpReceiver::default)
+                .endpoint = ep.clone();
+            add_receiver = true;
+        }
+        if let Some(ep) = &o.prometheus {
+            self.exporters
+                .prometheus
+                .get_or_insert_with(PrometheusExporter::default)
+                .endpoint = ep.clone();
+            self.add_to_pipeline(false, "prometheus");
+        }
+        for (ep, http) in [(&o.otlp_endpoint, false), (&o.otlphttp_endpoint, true)] {
+            let Some(ep) = ep else { continue };
+            let slot = if http {
+                &mut self.exporters.otlphttp
+            } else {
+                &mut self.exporters.otlp
+            };
+            match slot {
+                Some(e) => e.endpoint = ep.clone(),
+                None => {
+                    *slot = Some(OtlpExporter {
+                        endpoint: ep.clone(),
+                        interval: default_export_interval(),
+                        timeout: default_timeout(),
+                        compression: Compression::default(),
+                        include_sources: false,
+                        sending_queue: SendingQueue::default(),
+                        retry_on_failure: RetryOnFailure::default(),
+                    })
+                }
+            }
+            self.add_to_pipeline(false, if http { "otlphttp" } else { "otlp" });
+        }
+        if add_receiver {
+            self.add_to_pipeline(true, "otlp");
+        }
+    }
+
+    fn add_to_pipeline(&mut self, receiver: bool, name: &str) {
+        if let Some(p) = &mut self.service.pipelines.metrics {
+            let list = if receiver {
+                &mut p.receivers
+            } else {
+                &mut p.exporters
+            };
+            if !list.iter().any(|n| n == name) {
+                list.push(name.to_owned());
+            }
+        }
+    }
+
+    /// Validates everything and resolves addresses, before anything starts.
+    pub fn plan(&self) -> Result<Plan, Error> {
+        let pipeline = self
+            .service
+            .pipelines
+            .metrics
+            .clone()
+            .unwrap_or_else(|| Pipeline {
+                receivers: self
+                    .receivers
+                    .otlp
+                    .iter()
+                    .map(|_| "otlp".to_owned())
+                    .collect(),
+                processors: vec!["higgsmeter".to_owned()],
+                exporters: [
+                    self.exporters.prometheus.as_ref().map(|_| "prometheus"),
+                    self.exporters.otlp.as_ref().map(|_| "otlp"),
+                    self.exporters.otlphttp.as_ref().map(|_| "otlphttp"),
+                ]
+                .into_iter()
+                .flatten()
+                .map(String::from)
+                .collect(),
+            });
+        let mut plan = Plan {
+            grpc: None,
+            http: None,
+            prometheus: None,
+            pushes: Vec::new(),
+            aggregate: AggregateConfig::default(),
+        };
+        for (i, name) in pipeline.receivers.iter().enumerate() {
+            let path = format!("service.pipelines.metrics.receivers[{i}]");
+            if name != "otlp" {
+                return Err(config_error(
+                    path,
+                    format!("unknown receiver `{name}`: this collector has `otlp`"),
+                ));
+            }
+            let Some(otlp) = &self.receivers.otlp else {
+                return Err(config_error(
+                    path,
+                    "receiver `otlp` is not configured under `receivers`",
+                ));
+            };
+            if otlp.protocols.grpc.is_none() && otlp.protocols.http.is_none() {
+                return Err(config_error(
+                    "receivers.otlp.protocols",
+                    "turn on `grpc`, `http` or both",
+                ));
+            }
+            if let Some(g) = &otlp.protocols.grpc {
+                let addr = resolve("receivers.otlp.protocols.grpc.endpoint", &g.endpoint)?;
+                if g.max_recv_msg_size_mib == 0 || g.max_recv_msg_size_mib > 4096 {
+                    return Err(config_error(
+                        "receivers.otlp.protocols.grpc.max_recv_msg_size_mib",
+                        "must be 1 to 4096",
+                    ));
+                }
+                plan.grpc = Some((addr, (g.max_recv_msg_size_mib * 1024 * 1024) as usize));
+            }
+            if let Some(h) = &otlp.protocols.http {
+                let addr = resolve("receivers.otlp.protocols.http.endpoint", &h.endpoint)?;
+                if h.max_request_body_size < 1024 {
+                    return Err(config_error(
+                        "receivers.otlp.protocols.http.max_request_body_size",
+                        "must be at least 1024 bytes",
+                    ));
+                }
+                plan.http = Some((
+                    addr,
+                    usize::try_from(h.max_request_body_size).unwrap_or(usize::MAX),
+                ));
+            }
+        }
+        for (i, name) in pipeline.processors.iter().enumerate() {
+            if name != "higgsmeter" {
+                return Err(config_error(
+                    format!("service.pipelines.metrics.processors[{i}]"),
+                    format!(
+                        "unknown processor `{name}`: this collector has `higgsmeter` (the aggregation)"
+                    ),
+                ));
+            }
+        }
+        if let Some(agg) = &self.processors.higgsmeter {
+            agg.validate().map_err(|(p, m)| config_error(p, m))?;
+            plan.aggregate = agg.clone();
+        }
+        for (i, name) in pipeline.exporters.iter().enumerate() {
+            let path = format!("service.pipelines.metrics.exporters[{i}]");
+            let missing = || {
+                config_error(
+                    path.clone(),
+                    format!("exporter `{name}` is not configured under `exporters`"),
+                )
+            };
+            match name.as_str() {
+                "prometheus" => {
+                    let p = self.exporters.prometheus.as_ref().ok_or_else(missing)?;
+                    plan.prometheus = Some((
+                        resolve("exporters.prometheus.endpoint", &p.endpoint)?,
+                        p.sources_view,
+                    ));
+                }
+                "otlp" | "otlphttp" => {
+                    let (e, proto) = if name == "otlp" {
+                        (
+                            self.exporters.otlp.as_ref().ok_or_else(missing)?,
+                            PushProtocol::Grpc,
+                        )
+                    } else {
+                        (
+                            self.exporters.otlphttp.as_ref().ok_or_else(missing)?,
+                            PushProtocol::Http,
+                        )
+                    };
+                    check_url(&format!("exporters.{name}.endpoint"), &e.endpoint)?;
+                    if e.interval.is_zero() || e.timeout.is_zero() {
+                        return Err(config_error(
+                            format!("exporters.{name}.interval"),
+                            "interval and timeout must be more than 0",
+                        ));
+                    }
+                    if e.sending_queue.queue_size == 0 {
+                        return Err(config_error(
+                            format!("exporters.{name}.sending_queue.queue_size"),
+                            "must be at least 1",
+                        ));
+                    }
+                    if e.retry_on_failure.initial_interval.is_zero() {
+                        return Err(config_error(
+                            format!("exporters.{name}.retry_on_failure.initial_interval"),
+                            "must be more than 0",
+                        ));
+                    }
+                    plan.pushes.push((proto, e.clone()));
+                }
+                other => {
+                    return Err(config_error(
+                        path,
+                        format!(
+                            "unknown exporter `{other}`: this collector has `prometheus`, `otlp` and `otlphttp`"
+                        ),
+                    ));
+                }
+            }
+        }
+        if plan.grpc.is_none() && plan.http.is_none() {
+            return Err(config_error(
+                "service.pipelines.metrics.receivers",
+                "no receiver: nothing could send data",
+            ));
+        }
+        Ok(plan)
+    }
+}
+
+/// Durations written as `200ms`, `5s`, `2m`, `1h` (also `us`, `ns`).
+pub(crate) mod duration_serde {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, de::Error as _};
+
+    pub(crate) fn parse(text: &str) -> Result<Duration, String> {
+        let t = text.trim();
+        let split = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(t.len());
+        let (num, unit) = t.split_at(split);
+        let n: f64 = num
+            .parse()
+            .map_err(|_| format!("`{text}` is not a duration; write e.g. 500ms, 5s, 1m or 1h"))?;
+        let secs = match unit.trim() {
+            "ns" => n / 1e9,
+            "us" | "µs" => n / 1e6,
+            "ms" => n / 1e3,
+            "s" => n,
+            "m" => n * 60.0,
+            "h" => n * 3600.0,
+            _ => {
+                return Err(format!(
+                    "`{text}` has no known unit; write e.g. 500ms, 5s, 1m or 1h"
+                ));
+            }
+        };
+        Duration::try_from_secs_f64(secs).map_err(|_| format!("`{text}` is out of range"))
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        parse(&s).map_err(D::Error::custom)
+    }
+
+    pub(crate) mod option {
+        use super::*;
+
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<Duration>, D::Error> {
+            match Option::<String>::deserialize(d)? {
+                None => Ok(None),
+                Some(s) => super::parse(&s).map(Some).map_err(D::Error::custom),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_config_has_both_receivers_and_prometheus() {
+        let plan = Config::default().plan().unwrap();
+        assert_eq!(plan.grpc.unwrap().0, "127.0.0.1:4317".parse().unwrap());
+        assert_eq!(plan.http.unwrap().1, 16 * 1024 * 1024);
+        assert_eq!(
+            plan.prometheus.unwrap(),
+            ("127.0.0.1:9464".parse().unwrap(), true)
+        );
+        assert!(plan.pushes.is_empty());
+        assert_eq!(Config::from_yaml("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_name_their_path() {
+        let err = Config::from_yaml(
+            "receivers:\n  otlp:\n    protocols:\n      grpc:\n        endpont: x\n",
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("receivers.otlp.protocols.grpc"), "{text}");
+        assert!(text.contains("endpont"), "{text}");
+        let err = Config::from_yaml("processors:\n  higgsmeter:\n    stale_afterr: 5s\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("processors.higgsmeter") && err.contains("stale_afterr"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn null_sections_mean_defaults() {
+        let c = Config::from_yaml("receivers:\n  otlp:\n    protocols:\n      grpc:\n").unwrap();
+        let plan = c.plan().unwrap();
+        assert!(plan.grpc.is_some());
+        assert!(plan.http.is_none(), "only the protocols listed are on");
+    }
+
+    #[test]
+    fn shipped_config_is_valid() {
+        let text = include_str!("../../otel-config/collector.yaml");
+        let plan = Config::from_yaml(text).unwrap().plan().unwrap();
+        assert!(plan.grpc.is_some() && plan.http.is_some() && plan.prometheus.is_some());
+    }
+
+    #[test]
+    fn bad_values_are_clear() {
+        let err = Config::from_yaml("processors:\n  higgsmeter:\n    stale_after: 5 parsecs\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("stale_after") && err.contains("500ms"),
+            "{err}"
+        );
+        let c = Config::from_yaml("exporters:\n  otlp:\n    endpoint: 127.0.0.1:4317\n").unwrap();
+        let err = c.plan().unwrap_err().to_string();
+        assert!(
+            err.contains("exporters.otlp.endpoint") && err.contains("http://"),
+            "{err}"
+        );
+        let c = Config::from_yaml("service:\n  pipelines:\n    metrics:\n      receivers: [otlp]\n      exporters: [kafka]\n").unwrap();
+        let err = c.plan().unwrap_err().to_string();
+        assert!(
+            err.contains("kafka") && err.contains("exporters[0]"),
+            "{err}"
+        );
+        assert!(Config::from_yaml("receivers: [1, 2").is_err());
+    }
+
+    #[test]
+    fn overrides_turn_components_on() {
+        let mut c =
+            Config::from_yaml("receivers:\n  otlp:\n    protocols:\n      http:\n").unwrap();
+        c.apply(&Overrides {
+            grpc: Some("127.0.0.1:0".into()),
+            otlp_endpoint: Some("http://127.0.0.1:1".into()),
+            ..Default::default()
+        });
+        let plan = c.plan().unwrap();
+        assert_eq!(plan.grpc.unwrap().0.port(), 0);
+        assert_eq!(plan.pushes.len(), 1);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(
+            duration_serde::parse("200ms").unwrap(),
+            Duration::from_millis(200)
+        );
+        assert_eq!(
+            duration_serde::parse("1.5s").unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(
+            duration_serde::parse("2m").unwrap(),
+            Duration::from_secs(120)
+        );
+        assert!(duration_serde::parse("5").is_err());
+        assert!(duration_serde::parse("-1s").is_err());
+    }
+}

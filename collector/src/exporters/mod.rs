@@ -1,0 +1,4 @@
+//! Exporters: the Prometheus endpoint (both views) and OTLP push to an upstream.
+
+pub(crate) mod otlp;
+pub(crate) mod prometheus;

@@ -1,0 +1,211 @@
+//! OTLP push of the aggregate to an upstream, with a bounded queue, retries with
+//! exponential backoff, and a final flush on shutdown.
+
+use std::collections::VecDeque;
+use std::io::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
+use prost::Message as _;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tonic::codec::CompressionEncoding;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::aggregate::Aggregator;
+use crate::config::{Compression, OtlpExporter, PushProtocol};
+use crate::self_metrics::{ExporterKind, SelfMetrics};
+
+enum Sender {
+    Grpc(MetricsServiceClient<Channel>),
+    Http {
+        client: Box<Client<HttpConnector, Full<Bytes>>>,
+        url: http::Uri,
+        gzip: bool,
+    },
+}
+
+impl Sender {
+    fn new(protocol: PushProtocol, cfg: &OtlpExporter) -> Result<Sender, String> {
+        match protocol {
+            PushProtocol::Grpc => {
+                let endpoint = Endpoint::from_shared(cfg.endpoint.clone())
+                    .map_err(|e| format!("bad endpoint {}: {e}", cfg.endpoint))?
+                    .connect_timeout(cfg.timeout)
+                    .timeout(cfg.timeout);
+                let mut client = MetricsServiceClient::new(endpoint.connect_lazy());
+                if cfg.compression == Compression::Gzip {
+                    client = client.send_compressed(CompressionEncoding::Gzip);
+                }
+                Ok(Sender::Grpc(
+                    client.accept_compressed(CompressionEncoding::Gzip),
+                ))
+            }
+            PushProtocol::Http => {
+                let trimmed = cfg.endpoint.trim_end_matches('/');
+                let after_scheme = trimmed.split_once("://").map_or(trimmed, |(_, r)| r);
+                let url = if after_scheme.contains('/') {
+                    trimmed.to_owned()
+                } else {
+                    format!("{trimmed}/v1/metrics")
+                };
+                let url = url
+                    .parse::<http::Uri>()
+                    .map_err(|e| format!("bad endpoint {url}: {e}"))?;
+                let mut connector = HttpConnector::new();
+                connector.set_connect_timeout(Some(cfg.timeout));
+                let client = Client::builder(TokioExecutor::new()).build(connector);
+                Ok(Sender::Http {
+                    client: Box::new(client),
+                    url,
+                    gzip: cfg.compression == Compression::Gzip,
+                })
+            }
+        }
+    }
+
+    async fn send(
+        &mut self,
+        request: &ExportMetricsServiceRequest,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        match self {
+            Sender::Grpc(client) => {
+                let response = tokio::time::timeout(timeout, client.export(request.clone()))
+                    .await
+                    .map_err(|_| "timed out".to_owned())?
+                    .map_err(|s| format!("{}: {}", s.code(), s.message()))?;
+                if let Some(p) = &response.get_ref().partial_success
+                    && p.rejected_data_points > 0
+                {
+                    tracing::warn!(rejected = p.rejected_data_points, message = %p.error_message, "the upstream refused some points");
+                }
+                Ok(())
+            }
+            Sender::Http { client, url, gzip } => {
+                let mut body = request.encode_to_vec();
+                let mut builder = http::Request::post(url.clone())
+                    .header(http::header::CONTENT_TYPE, "application/x-protobuf");
+                if *gzip {
+                    let mut enc = flate2::write::GzEncoder::new(
+                        Vec::with_capacity(body.len() / 4),
+                        flate2::Compression::fast(),
+                    );
+                    enc.write_all(&body).map_err(|e| e.to_string())?;
+                    body = enc.finish().map_err(|e| e.to_string())?;
+                    builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
+                }
+                let req = builder
+                    .body(Full::new(Bytes::from(body)))
+                    .map_err(|e| e.to_string())?;
+                let response = tokio::time::timeout(timeout, client.request(req))
+                    .await
+                    .map_err(|_| "timed out".to_owned())?
+                    .map_err(|e| format!("{e}"))?;
+                let status = response.status();
+                if status.is_success() {
+                    return Ok(());
+                }
+                let body = tokio::time::timeout(timeout, response.into_body().collect())
+                    .await
+                    .ok()
+                    .and_then(|r| r.ok())
+                    .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+                    .unwrap_or_default();
+                Err(format!(
+                    "HTTP {status}: {}",
+                    body.chars().take(200).collect::<String>()
+                ))
+            }
+        }
+    }
+}
+
+/// Pushes the aggregate every `cfg.interval` until `cancel`, then flushes once.
+pub(crate) async fn run(
+    protocol: PushProtocol,
+    cfg: OtlpExporter,
+    aggregator: Arc<Aggregator>,
+    stats: Arc<SelfMetrics>,
+    cancel: CancellationToken,
+) {
+    let kind = match protocol {
+        PushProtocol::Grpc => ExporterKind::Grpc,
+        PushProtocol::Http => ExporterKind::Http,
+    };
+    let mut sender = match Sender::new(protocol, &cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(exporter = kind.as_str(), error = %e, "cannot start the OTLP exporter");
+            return;
+        }
+    };
+    let i = kind as usize;
+    let mut queue: VecDeque<(ExportMetricsServiceRequest, u64)> = VecDeque::new();
+    let mut ticker = tokio::time::interval(cfg.interval);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    ticker.tick().await;
+    let mut backoff = cfg.retry_on_failure.initial_interval;
+    let mut next_attempt = Instant::now();
+    let mut logged_failure = false;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = ticker.tick() => {
+                if queue.len() >= cfg.sending_queue.queue_size
+                    && let Some((_, points)) = queue.pop_front() {
+                        stats.export_dropped[i].fetch_add(points, Ordering::Relaxed);
+                    }
+                queue.push_back(aggregator.export_request(cfg.include_sources));
+                stats.queue_depth[i].store(queue.len() as u64, Ordering::Relaxed);
+            }
+            _ = tokio::time::sleep_until(next_attempt), if !queue.is_empty() => {
+                let Some((request, _)) = queue.front() else { continue };
+                match sender.send(request, cfg.timeout).await {
+                    Ok(()) => {
+                        stats.exports_ok[i].fetch_add(1, Ordering::Relaxed);
+                        queue.pop_front();
+                        backoff = cfg.retry_on_failure.initial_interval;
+                        next_attempt = Instant::now();
+                        if logged_failure {
+                            tracing::info!(exporter = kind.as_str(), "the OTLP upstream is reachable again");
+                            logged_failure = false;
+                        }
+                    }
+                    Err(e) => {
+                        stats.exports_failed[i].fetch_add(1, Ordering::Relaxed);
+                        if !logged_failure {
+                            tracing::warn!(exporter = kind.as_str(), endpoint = %cfg.endpoint, error = %e, "OTLP push failed; retrying with backoff");
+                            logged_failure = true;
+                        }
+                        next_attempt = Instant::now() + backoff;
+                        backoff = (backoff * 2).min(cfg.retry_on_failure.max_interval);
+                    }
+                }
+                stats.queue_depth[i].store(queue.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+    // Flush: the newest snapshot holds everything older ones did (cumulative).
+    let (request, points) = aggregator.export_request(cfg.include_sources);
+    queue.clear();
+    match sender.send(&request, cfg.timeout).await {
+        Ok(()) => {
+            stats.exports_ok[i].fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => {
+            stats.exports_failed[i].fetch_add(1, Ordering::Relaxed);
+            stats.export_dropped[i].fetch_add(points, Ordering::Relaxed);
+            tracing::warn!(exporter = kind.as_str(), error = %e, "final OTLP flush failed");
+        }
+    }
+    stats.queue_depth[i].store(0, Ordering::Relaxed);
+}

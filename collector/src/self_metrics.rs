@@ -1,0 +1,105 @@
+//! The collector's own counters and gauges (names in `higgsmeter_catalog::COLLECTOR_FAMILIES`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::aggregate::RefusalReason;
+
+/// The transport a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// OTLP/gRPC.
+    Grpc,
+    /// OTLP/HTTP.
+    Http,
+}
+
+impl Transport {
+    pub(crate) const ALL: [Transport; 2] = [Transport::Grpc, Transport::Http];
+
+    /// The `transport` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Grpc => "grpc",
+            Transport::Http => "http",
+        }
+    }
+}
+
+/// Why a whole request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RequestRefusal {
+    Malformed,
+    ContentType,
+    Decompress,
+    TooLarge,
+    UnsupportedSignal,
+    Other,
+}
+
+impl RequestRefusal {
+    pub(crate) const COUNT: usize = 6;
+    pub(crate) const ALL: [RequestRefusal; RequestRefusal::COUNT] = [
+        RequestRefusal::Malformed,
+        RequestRefusal::ContentType,
+        RequestRefusal::Decompress,
+        RequestRefusal::TooLarge,
+        RequestRefusal::UnsupportedSignal,
+        RequestRefusal::Other,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RequestRefusal::Malformed => "malformed",
+            RequestRefusal::ContentType => "content_type",
+            RequestRefusal::Decompress => "decompress",
+            RequestRefusal::TooLarge => "too_large",
+            RequestRefusal::UnsupportedSignal => "unsupported_signal",
+            RequestRefusal::Other => "other",
+        }
+    }
+}
+
+/// An upstream OTLP exporter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ExporterKind {
+    Grpc,
+    Http,
+}
+
+impl ExporterKind {
+    pub(crate) const ALL: [ExporterKind; 2] = [ExporterKind::Grpc, ExporterKind::Http];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ExporterKind::Grpc => "otlp",
+            ExporterKind::Http => "otlphttp",
+        }
+    }
+}
+
+/// Lock-free counters the receivers, the aggregator and the exporters bump.
+#[derive(Debug, Default)]
+pub(crate) struct SelfMetrics {
+    pub(crate) requests: [AtomicU64; 2],
+    pub(crate) requests_refused: [[AtomicU64; RequestRefusal::COUNT]; 2],
+    pub(crate) points_received: [AtomicU64; 2],
+    pub(crate) points_refused: [AtomicU64; RefusalReason::COUNT],
+    pub(crate) exports_ok: [AtomicU64; 2],
+    pub(crate) exports_failed: [AtomicU64; 2],
+    pub(crate) queue_depth: [AtomicU64; 2],
+    pub(crate) export_dropped: [AtomicU64; 2],
+}
+
+impl SelfMetrics {
+    pub(crate) fn request(&self, t: Transport) {
+        self.requests[t as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn refuse_request(&self, t: Transport, reason: RequestRefusal) {
+        self.requests_refused[t as usize][reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(a: &AtomicU64) -> u64 {
+        a.load(Ordering::Relaxed)
+    }
+}
