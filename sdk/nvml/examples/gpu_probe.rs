@@ -19,6 +19,11 @@ use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 
 fn main() -> anyhow::Result<()> {
+    // The meter's own log lines (readings a GPU does not support, the start line).
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let mut args = std::env::args().skip(1);
     let seconds: u64 = args
         .next()

@@ -190,7 +190,6 @@ impl NvmlMeterBuilder {
             .iter()
             .map(|d| GpuDevice::from(&d.info))
             .collect();
-        let instruments = instruments::register(meter, &shared);
         let sampler = Arc::new(Mutex::new(sampler));
 
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
@@ -205,6 +204,8 @@ impl NvmlMeterBuilder {
                 let _ = done_tx.send(());
             })
             .map_err(NvmlError::Spawn)?;
+        // Registered last: a meter that failed to start leaves no instruments behind.
+        let instruments = instruments::register(meter, &shared);
         tracing::info!(
             gpus = devices_summary(&devices),
             library = %library.display(),
