@@ -37,6 +37,7 @@ fn child_entry() {
         "no_shutdown" => no_shutdown(),
         "active_time_by_state" => active_time_by_state(),
         "schedule_and_stop" => schedule_and_stop(),
+        "exports_read_the_snapshot" => exports_read_the_snapshot(),
         other => panic!("unknown scenario {other}"),
     }
     println!("scenario {scenario} done");
@@ -430,6 +431,43 @@ fn schedule_and_stop() {
 #[test]
 fn the_sampler_thread_samples_on_its_own_and_stops_on_drop() {
     run_child("schedule_and_stop", &[]);
+}
+
+fn exports_read_the_snapshot() {
+    let log = std::env::var("FAKE_NVML_CALL_LOG").expect("the call log is set");
+    let calls = || std::fs::read_to_string(&log).unwrap_or_default();
+    let pipeline = Pipeline::new();
+    let meter = start(&pipeline, Variant::Complete);
+    // The first sample, taken by start(): one utilisation call per GPU.
+    assert_eq!(calls(), "0\n1\n");
+    for _ in 0..5 {
+        assert_eq!(
+            value(&pipeline.collect(), "hw.gpu.utilization", &fake_uuid(1)),
+            0.51
+        );
+    }
+    assert_eq!(calls(), "0\n1\n", "an export called NVML");
+    meter.sample_now();
+    meter.sample_now();
+    assert_eq!(calls(), "0\n1\n0\n1\n0\n1\n");
+    let points = pipeline.collect();
+    assert_eq!(value(&points, "hw.gpu.session.samples", &fake_uuid(0)), 3.0);
+}
+
+#[test]
+fn exports_read_the_last_sample_and_never_call_nvml() {
+    let log = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("fake_nvml_calls.{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let log_path = log.to_string_lossy().into_owned();
+    run_child(
+        "exports_read_the_snapshot",
+        &[
+            ("FAKE_NVML_DEVICE_COUNT", "2"),
+            ("FAKE_NVML_CALL_LOG", &log_path),
+        ],
+    );
+    let _ = std::fs::remove_file(&log);
 }
 
 // ---- in-process: nothing loaded, nothing to isolate ------------------------------------

@@ -23,6 +23,8 @@
  *                                  compute process using this many bytes
  *   FAKE_NVML_OTHER_PROCS          other compute processes listed (pids 1.., 1 GiB each;
  *                                  default 1)
+ *   FAKE_NVML_CALL_LOG             if set: a file nvmlDeviceGetUtilizationRates appends
+ *                                  one line "<index>" to at every call
  *   FAKE_NVML_NOT_SUPPORTED        comma list of readings that return NOT_SUPPORTED:
  *                                  util, memory, temperature, power, energy, clock, ecc,
  *                                  throttle, processes
@@ -169,6 +171,14 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
 
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *u) {
     CHECK_DEVICE(device);
+    const char *log = getenv("FAKE_NVML_CALL_LOG");
+    if (log) {
+        FILE *f = fopen(log, "a");
+        if (f) {
+            fprintf(f, "%u\n", device->index);
+            fclose(f);
+        }
+    }
     CHECK_SUPPORTED(device, "util");
     u->gpu = (unsigned int)value("UTIL", device->index, 50 + device->index);
     u->memory = u->gpu / 2;

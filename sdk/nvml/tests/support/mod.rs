@@ -61,6 +61,11 @@ pub fn fake_library(variant: Variant) -> PathBuf {
         .join(variant.dir());
     std::fs::create_dir_all(&dir).expect("create the fake NVML build directory");
     let target = dir.join("libnvidia-ml.so.1");
+    if is_newer(&target, Path::new(SOURCE)) {
+        // Built by an earlier process (a parent test, another test binary).
+        built.insert(variant.dir(), target.clone());
+        return target;
+    }
     // Build beside the target and rename, so concurrent test binaries never load a
     // half-written library.
     let partial = dir.join(format!("libnvidia-ml.so.1.{}.partial", std::process::id()));
@@ -79,6 +84,12 @@ pub fn fake_library(variant: Variant) -> PathBuf {
     std::fs::rename(&partial, &target).expect("move the fake NVML into place");
     built.insert(variant.dir(), target.clone());
     target
+}
+
+/// Whether `path` exists and was modified after `than`.
+fn is_newer(path: &Path, than: &Path) -> bool {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    matches!((modified(path), modified(than)), (Some(a), Some(b)) if a > b)
 }
 
 /// The environment variable that tells a test binary it runs as a scenario's child.
