@@ -1,5 +1,5 @@
 //! CPU cost of one NVML sampling tick for 8 GPUs, against the fake `libnvidia-ml.so.1`
-//! (the real nvml-wrapper path: 8 handles, 10 NVML calls per GPU, the snapshot update),
+//! (the real nvml-wrapper path: 8 handles, 11 NVML calls per GPU, the snapshot update),
 //! and of one export of the GPU instruments through an in-memory SDK pipeline.
 //!
 //! `cargo bench -p higgsmeter-nvml --bench tick`
