@@ -76,6 +76,44 @@ fn transitions(c: &mut Criterion) {
         g.bench_function("track_state_fn", |b| b.iter(|| decorated(black_box(1))));
     });
     g.finish();
+
+    // A step span recording mstar_step_seconds and mstar_batch_size into a real SDK
+    // meter provider (with a reader, so the histograms aggregate).
+    let provider = opentelemetry_sdk::metrics::SdkMeterProvider::builder()
+        .with_reader(opentelemetry_sdk::metrics::ManualReader::builder().build())
+        .build();
+    let meter = opentelemetry::metrics::MeterProvider::meter(&provider, "bench");
+    let subscriber =
+        tracing_subscriber::registry().with(ActivityLayer::new(Tracker::new()).with_meter(&meter));
+    let mut g = c.benchmark_group("engine");
+    tracing::subscriber::with_default(subscriber, || {
+        g.bench_function("step_span", |b| {
+            b.iter(|| {
+                drop(black_box(higgsmeter::step_span(
+                    "decoder",
+                    black_box("decode"),
+                    Some(32),
+                )))
+            })
+        });
+        g.bench_function("transfer_span", |b| {
+            b.iter(|| {
+                drop(black_box(higgsmeter::transfer_span(
+                    "api_server",
+                    "decoder",
+                    "shm",
+                    Some(4096),
+                )))
+            })
+        });
+        let step = higgsmeter::EngineRecorders::new(&meter)
+            .step("decoder", "decode")
+            .unwrap();
+        g.bench_function("step_recorder", |b| {
+            b.iter(|| step.record(black_box(std::time::Duration::from_micros(2100)), Some(32)))
+        });
+    });
+    g.finish();
 }
 
 criterion_group!(benches, transitions);

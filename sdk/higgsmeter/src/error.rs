@@ -9,6 +9,34 @@ pub enum Error {
     #[error("unknown worker state {0:?}: expected idle, io, cpu, gpu, warmup, startup or shutdown")]
     UnknownState(String),
 
+    /// A recorder was asked for a family that is not one of the engine catalog's.
+    #[error(
+        "{0} is not a serving-engine family of the catalog (see higgsmeter::catalog::STATUS_FAMILIES)"
+    )]
+    NotAnEngineFamily(&'static str),
+
+    /// A recorder of one kind was asked for a family of another.
+    #[error("{family} is a {kind} in the catalog, not a {asked}: use the {kind} recorder")]
+    WrongKind {
+        /// The family.
+        family: &'static str,
+        /// Its kind in the catalog.
+        kind: &'static str,
+        /// The kind asked for.
+        asked: &'static str,
+    },
+
+    /// A recorder's labels do not match its family's.
+    #[error("{family} takes exactly the labels [{expected}]: {problem}")]
+    Labels {
+        /// The family.
+        family: &'static str,
+        /// Its labels, comma-separated.
+        expected: String,
+        /// What is wrong.
+        problem: String,
+    },
+
     /// An environment variable or builder setting has a value higgsmeter cannot use.
     #[error("invalid {name}={value:?}: {reason}")]
     InvalidSetting {

@@ -2,7 +2,8 @@
 
 use std::collections::HashSet;
 use std::fmt::{self, Write as _};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock, RwLock};
+use std::time::Duration;
 
 use tracing_core::callsite::Identifier;
 use tracing_core::field::{Field, Visit};
@@ -13,6 +14,9 @@ use tracing_subscriber::filter::Filtered;
 use tracing_subscriber::layer::{Context, Filter, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
+use crate::engine::{
+    EngineRecorders, STEP_SPAN_TARGET, StepRecorder, TRANSFER_SPAN_TARGET, TransferRecorder,
+};
 use crate::intern::{self, OpId};
 use crate::span::{OPERATION_FIELD, STATE_FIELD, TRACKER_FIELD};
 use crate::state::AppState;
@@ -53,6 +57,16 @@ where
         ActivityLayer {
             inner: Accountant::new(tracker).with_filter(StateSpans),
         }
+    }
+    /// Records step and transfer spans into instruments of this meter (by default, of
+    /// `opentelemetry::global::meter("higgsmeter")`, resolved at the first such span).
+    pub fn with_meter(mut self, meter: &opentelemetry::metrics::Meter) -> Self {
+        let _ = self
+            .inner
+            .inner_mut()
+            .engine
+            .set(EngineRecorders::new(meter));
+        self
     }
 }
 
@@ -123,19 +137,35 @@ where
     }
 }
 
-/// Lets through span callsites that declare a `state` field; decided once per callsite.
+/// Lets through span callsites that declare a `state` field, and step and transfer
+/// spans; decided once per callsite.
 struct StateSpans;
 
 fn is_state_callsite(meta: &Metadata<'_>) -> bool {
     meta.is_span() && meta.fields().field(STATE_FIELD).is_some()
 }
 
+fn catalog_kind(meta: &Metadata<'_>) -> Option<CatalogKind> {
+    if !meta.is_span() {
+        return None;
+    }
+    match meta.target() {
+        STEP_SPAN_TARGET => Some(CatalogKind::Step),
+        TRANSFER_SPAN_TARGET => Some(CatalogKind::Transfer),
+        _ => None,
+    }
+}
+
+fn is_ours(meta: &Metadata<'_>) -> bool {
+    is_state_callsite(meta) || catalog_kind(meta).is_some()
+}
+
 impl<S> Filter<S> for StateSpans {
     fn enabled(&self, meta: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
-        is_state_callsite(meta)
+        is_ours(meta)
     }
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
-        if is_state_callsite(meta) {
+        if is_ours(meta) {
             Interest::always()
         } else {
             Interest::never()
@@ -150,6 +180,14 @@ impl<S> Filter<S> for StateSpans {
 struct Accountant {
     tracker: Tracker,
     warned: Mutex<HashSet<Identifier>>,
+    /// The engine instruments step and transfer spans record into.
+    engine: OnceLock<EngineRecorders>,
+    /// Open step and transfer spans (few at a time: scanned, never allocated per span
+    /// once the vector has grown).
+    open: Mutex<Vec<CatalogSpan>>,
+    /// Recorders by interned label values, made at a combination's first close.
+    steps: RwLock<Vec<([OpId; 2], StepRecorder)>>,
+    transfers: RwLock<Vec<([OpId; 3], TransferRecorder)>>,
 }
 
 impl Accountant {
@@ -157,7 +195,87 @@ impl Accountant {
         Accountant {
             tracker,
             warned: Mutex::new(HashSet::new()),
+            engine: OnceLock::new(),
+            open: Mutex::new(Vec::with_capacity(16)),
+            steps: RwLock::new(Vec::new()),
+            transfers: RwLock::new(Vec::new()),
         }
+    }
+
+    fn engine(&self) -> &EngineRecorders {
+        self.engine
+            .get_or_init(|| EngineRecorders::new(&opentelemetry::global::meter("higgsmeter")))
+    }
+
+    fn open_catalog(&self, kind: CatalogKind, attrs: &Attributes<'_>, id: &Id) {
+        let mut fields = CatalogFields::default();
+        attrs.record(&mut fields);
+        let span = CatalogSpan {
+            span: id.into_u64(),
+            kind,
+            labels: fields.labels(kind),
+            amount: fields.amount,
+            start: self.tracker.now_nanos(),
+        };
+        self.open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(span);
+    }
+
+    fn record_catalog(&self, id: &Id, values: &Record<'_>) {
+        let mut fields = CatalogFields::default();
+        values.record(&mut fields);
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(span) = open.iter_mut().rev().find(|s| s.span == id.into_u64()) {
+            if fields.amount.is_some() {
+                span.amount = fields.amount;
+            }
+            let labels = fields.labels(span.kind);
+            for (slot, new) in span.labels.iter_mut().zip(labels) {
+                if new != OpId::NONE {
+                    *slot = new;
+                }
+            }
+        }
+    }
+
+    /// A step or transfer span closed: record its duration and amount.
+    fn close_catalog(&self, id: &Id) {
+        let span = {
+            let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(pos) = open.iter().rposition(|s| s.span == id.into_u64()) else {
+                return;
+            };
+            open.swap_remove(pos)
+        };
+        let elapsed = Duration::from_nanos(self.tracker.now_nanos().saturating_sub(span.start));
+        let [a, b, c] = span.labels;
+        match span.kind {
+            CatalogKind::Step => {
+                match cached(&self.steps, [a, b], || {
+                    self.engine().step(&intern::name(a), &intern::name(b))
+                }) {
+                    Ok(recorder) => recorder.record(elapsed, span.amount),
+                    Err(e) => self.catalog_error(e),
+                }
+            }
+            CatalogKind::Transfer => {
+                match cached(&self.transfers, [a, b, c], || {
+                    self.engine()
+                        .transfer(&intern::name(a), &intern::name(b), &intern::name(c))
+                }) {
+                    Ok(recorder) => recorder.record(elapsed, span.amount.unwrap_or(0)),
+                    Err(e) => self.catalog_error(e),
+                }
+            }
+        }
+    }
+
+    #[cold]
+    fn catalog_error(&self, e: crate::Error) {
+        self.tracker
+            .defer_warning(format!("a step or transfer span was not recorded: {e}"));
     }
 
     fn warn_once(&self, meta: &'static Metadata<'static>, value: &str) {
@@ -189,6 +307,9 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
+        if let Some(kind) = catalog_kind(attrs.metadata()) {
+            return self.open_catalog(kind, attrs, id);
+        }
         if !self.tracker.is_enabled() {
             return;
         }
@@ -215,6 +336,9 @@ where
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        if ctx.metadata(id).and_then(catalog_kind).is_some() {
+            return self.record_catalog(id, values);
+        }
         if !self.tracker.is_enabled() {
             return;
         }
@@ -240,8 +364,77 @@ where
             });
     }
 
-    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        if ctx.metadata(&id).and_then(catalog_kind).is_some() {
+            return self.close_catalog(&id);
+        }
         self.tracker.close(id.into_u64());
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CatalogKind {
+    Step,
+    Transfer,
+}
+
+/// An open step or transfer span.
+struct CatalogSpan {
+    span: u64,
+    kind: CatalogKind,
+    /// (component, graph_walk, -) or (src, dst, transport), interned.
+    labels: [OpId; 3],
+    /// Batch size or bytes.
+    amount: Option<u64>,
+    start: u64,
+}
+
+/// Reads the fields of step and transfer spans without allocating.
+#[derive(Default)]
+struct CatalogFields {
+    component: OpId,
+    graph_walk: OpId,
+    src: OpId,
+    dst: OpId,
+    transport: OpId,
+    amount: Option<u64>,
+}
+
+impl CatalogFields {
+    fn labels(&self, kind: CatalogKind) -> [OpId; 3] {
+        match kind {
+            CatalogKind::Step => [self.component, self.graph_walk, OpId::NONE],
+            CatalogKind::Transfer => [self.src, self.dst, self.transport],
+        }
+    }
+}
+
+impl Visit for CatalogFields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        let slot = match field.name() {
+            "component" => &mut self.component,
+            "graph_walk" => &mut self.graph_walk,
+            "src" => &mut self.src,
+            "dst" => &mut self.dst,
+            "transport" => &mut self.transport,
+            _ => return,
+        };
+        *slot = intern::intern(value);
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if matches!(field.name(), "batch_size" | "bytes") {
+            self.amount = Some(value);
+        }
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if matches!(field.name(), "batch_size" | "bytes") {
+            self.amount = u64::try_from(value).ok();
+        }
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let mut text = SmallText::default();
+        let _ = write!(text, "{value:?}");
+        self.record_str(field, text.as_str().trim_matches('"'));
     }
 }
 
@@ -380,4 +573,27 @@ impl fmt::Write for SmallText {
         }
         Ok(())
     }
+}
+
+/// The recorder cached for a label combination, made (and cached) on first use.
+fn cached<K: PartialEq + Copy, R: Clone>(
+    cache: &RwLock<Vec<(K, R)>>,
+    key: K,
+    make: impl FnOnce() -> Result<R, crate::Error>,
+) -> Result<R, crate::Error> {
+    let found = cache
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|(_, r)| r.clone());
+    if let Some(r) = found {
+        return Ok(r);
+    }
+    let r = make()?;
+    cache
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((key, r.clone()));
+    Ok(r)
 }

@@ -48,6 +48,7 @@
 //! | `otlp` | yes | OTLP push over gRPC (tonic) and HTTP/protobuf; implies `sdk` |
 //! | `prometheus` | yes | the in-process Prometheus endpoint; implies `sdk` |
 //! | `sdk` | via the above | [`init()`], [`Telemetry`]: the OpenTelemetry SDK wiring |
+//! | `nvml` | no | `init()` starts the in-process NVML GPU meter (`higgsmeter-nvml`): GPU gauges, session counters, GPU-active time by worker state |
 //!
 //! A library that only instruments depends on `higgsmeter` with
 //! `default-features = false`: that pulls `tracing`, `tracing-subscriber`'s registry,
@@ -76,6 +77,7 @@
 //! 1.88 or newer.
 
 mod clock;
+mod engine;
 mod error;
 mod intern;
 mod layer;
@@ -91,6 +93,11 @@ mod telemetry;
 mod tracker;
 
 pub use clock::{Clock, ManualClock};
+pub use engine::{
+    ConductorRequestsRecorder, CounterRecorder, EngineRecorders, GaugeRecorder, HistogramRecorder,
+    KvPagesRecorder, PrefixCacheRecorder, STEP_SPAN_TARGET, StepRecorder, TRANSFER_SPAN_TARGET,
+    TransferRecorder, step_span, transfer_span,
+};
 pub use error::Error;
 pub use intern::{MAX_OPERATIONS, OVERFLOW_OPERATION};
 pub use layer::ActivityLayer;

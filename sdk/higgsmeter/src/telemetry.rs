@@ -83,6 +83,7 @@ pub struct TelemetryBuilder {
     install_subscriber: bool,
     log_to_stderr: bool,
     set_global_meter_provider: bool,
+    gpu_meter: bool,
     extra_readers: Vec<AddReader>,
 }
 
@@ -115,6 +116,7 @@ impl Default for TelemetryBuilder {
             install_subscriber: true,
             log_to_stderr: true,
             set_global_meter_provider: true,
+            gpu_meter: true,
             extra_readers: Vec::new(),
         }
     }
@@ -208,6 +210,13 @@ impl TelemetryBuilder {
         self
     }
 
+    /// Whether `init()` starts the NVML GPU meter (default true; needs the `nvml`
+    /// feature). Without a driver or GPU it logs one line and the worker runs on.
+    pub fn with_gpu_meter(mut self, on: bool) -> Self {
+        self.gpu_meter = on;
+        self
+    }
+
     /// Adds an exporter of your own, pushed every `interval` (e.g. an in-memory
     /// exporter in tests).
     pub fn with_periodic_exporter<E: PushMetricExporter>(
@@ -233,13 +242,14 @@ impl TelemetryBuilder {
 
         if settings.disabled {
             let subscriber_installed =
-                self.install_subscriber && install_subscriber(&tracker, self.log_to_stderr)?;
+                self.install_subscriber && install_subscriber(&tracker, self.log_to_stderr, None)?;
             return Ok(Telemetry {
                 tracker,
                 provider: None,
                 instruments: None,
                 runtime: None,
                 prometheus: None,
+                gpu: None,
                 subscriber_installed,
             });
         }
@@ -294,14 +304,21 @@ impl TelemetryBuilder {
             None
         };
 
-        let subscriber_installed =
-            self.install_subscriber && install_subscriber(&tracker, self.log_to_stderr)?;
+        let subscriber_installed = self.install_subscriber
+            && install_subscriber(&tracker, self.log_to_stderr, Some(&meter))?;
+        // After the subscriber, so its one log line on a host without GPUs is seen.
+        let gpu = if self.gpu_meter {
+            start_gpu_meter(&meter, &tracker)
+        } else {
+            None
+        };
         Ok(Telemetry {
             tracker,
             provider: Some(provider),
             instruments: Some(instruments),
             runtime,
             prometheus,
+            gpu,
             subscriber_installed,
         })
     }
@@ -316,7 +333,15 @@ type PromRegistry = prometheus::Registry;
 #[cfg(not(feature = "prometheus"))]
 type PromRegistry = ();
 
-fn install_subscriber(tracker: &Tracker, log_to_stderr: bool) -> Result<bool, Error> {
+fn install_subscriber(
+    tracker: &Tracker,
+    log_to_stderr: bool,
+    meter: Option<&opentelemetry::metrics::Meter>,
+) -> Result<bool, Error> {
+    let mut activity = ActivityLayer::new(tracker.clone());
+    if let Some(meter) = meter {
+        activity = activity.with_meter(meter);
+    }
     let fmt_layer = log_to_stderr.then(|| {
         let filter = std::env::var("RUST_LOG")
             .ok()
@@ -328,7 +353,7 @@ fn install_subscriber(tracker: &Tracker, log_to_stderr: bool) -> Result<bool, Er
     });
     let subscriber = tracing_subscriber::registry()
         .with(fmt_layer)
-        .with(ActivityLayer::new(tracker.clone()));
+        .with(activity);
     tracing::subscriber::set_global_default(subscriber).map_err(|_| Error::SubscriberAlreadySet)?;
     Ok(true)
 }
@@ -617,7 +642,42 @@ pub struct Telemetry {
     instruments: Option<ActivityInstruments>,
     runtime: Option<tokio::runtime::Runtime>,
     prometheus: Option<PromHandle>,
+    gpu: Option<GpuMeter>,
     subscriber_installed: bool,
+}
+
+#[cfg(feature = "nvml")]
+type GpuMeter = higgsmeter_nvml::NvmlMeter;
+#[cfg(not(feature = "nvml"))]
+type GpuMeter = ();
+
+/// Starts the NVML meter, its state source wired to the tracker. Failing (no driver,
+/// no GPU) is one log line, never an error: the worker runs on without GPU metrics.
+#[cfg(feature = "nvml")]
+fn start_gpu_meter(meter: &opentelemetry::metrics::Meter, tracker: &Tracker) -> Option<GpuMeter> {
+    let tracker = tracker.clone();
+    match higgsmeter_nvml::NvmlMeter::builder()
+        .with_state_source(move || tracker.current_state().as_str())
+        .start(meter)
+    {
+        Ok(gpus) => {
+            tracing::info!(target: "higgsmeter", gpus = gpus.devices().len(), "NVML GPU meter started");
+            Some(gpus)
+        }
+        Err(e @ higgsmeter_nvml::NvmlError::LibraryNotLoaded { .. }) => {
+            tracing::info!(target: "higgsmeter", "GPU metrics off: {e}");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(target: "higgsmeter", "GPU metrics off: {e}");
+            None
+        }
+    }
+}
+
+#[cfg(not(feature = "nvml"))]
+fn start_gpu_meter(_meter: &opentelemetry::metrics::Meter, _tracker: &Tracker) -> Option<GpuMeter> {
+    None
 }
 
 impl fmt::Debug for Telemetry {
@@ -625,6 +685,7 @@ impl fmt::Debug for Telemetry {
         f.debug_struct("Telemetry")
             .field("exporting", &self.provider.is_some())
             .field("prometheus_addr", &self.prometheus_addr())
+            .field("gpu_meter", &self.gpu.is_some())
             .field("subscriber_installed", &self.subscriber_installed)
             .finish_non_exhaustive()
     }
@@ -653,7 +714,11 @@ impl Telemetry {
     where
         S: tracing::Subscriber + for<'a> LookupSpan<'a>,
     {
-        ActivityLayer::new(self.tracker.clone())
+        let layer = ActivityLayer::new(self.tracker.clone());
+        match &self.provider {
+            Some(provider) => layer.with_meter(&provider.meter("higgsmeter")),
+            None => layer,
+        }
     }
 
     /// Where the Prometheus endpoint listens, if it is on (the bound address: useful
@@ -691,6 +756,11 @@ impl Telemetry {
 impl Drop for Telemetry {
     fn drop(&mut self) {
         self.tracker.finalize();
+        #[cfg(feature = "nvml")]
+        if let Some(gpu) = self.gpu.take() {
+            gpu.sample_now(); // the final export carries a last GPU sample
+            drop(gpu);
+        }
         #[cfg(feature = "prometheus")]
         if let Some(prom) = self.prometheus.take() {
             prom.stop();

@@ -290,6 +290,12 @@ impl Tracker {
 
     // ---- driven by the activity layer ----
 
+    /// The tracker's clock, in nanoseconds.
+    #[inline]
+    pub(crate) fn now_nanos(&self) -> u64 {
+        self.inner.clock.now_nanos()
+    }
+
     /// Queues a warning to be logged outside the subscriber callback.
     #[cold]
     pub(crate) fn defer_warning(&self, message: String) {
