@@ -127,6 +127,7 @@ pub struct Aggregator {
     stats: Arc<SelfMetrics>,
     epoch: Instant,
     start_unix_nanos: u64,
+    instance_id: String,
 }
 
 impl std::fmt::Debug for Aggregator {
@@ -141,6 +142,16 @@ pub(crate) fn unix_nanos() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
+/// A random-enough `service.instance.id` for this collector's own OTLP exports, so
+/// that an upstream tells several collectors apart.
+fn instance_id() -> String {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(unix_nanos());
+    h.write_u32(std::process::id());
+    format!("higgsmeter-collector-{:016x}", h.finish())
+}
+
 impl Aggregator {
     /// An empty aggregator (the configuration is assumed validated).
     pub(crate) fn new(config: AggregateConfig, stats: Arc<SelfMetrics>) -> Aggregator {
@@ -149,6 +160,7 @@ impl Aggregator {
             stats,
             epoch: Instant::now(),
             start_unix_nanos: unix_nanos(),
+            instance_id: instance_id(),
         }
     }
 
@@ -215,6 +227,7 @@ impl Aggregator {
             include_sources,
             self.start_unix_nanos,
             unix_nanos(),
+            &self.instance_id,
         )
     }
 

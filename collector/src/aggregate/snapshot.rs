@@ -87,6 +87,7 @@ pub(crate) fn export_request(
     include_sources: bool,
     start_unix: u64,
     now_unix: u64,
+    instance_id: &str,
 ) -> (ExportMetricsServiceRequest, u64) {
     let mut points = 0u64;
     let n = store.metrics.len();
@@ -158,7 +159,10 @@ pub(crate) fn export_request(
             metrics.push(metric(store, id, Points::Hists(hs)));
         }
     }
-    let mut resource_attrs = vec![kv("service.name", "higgsmeter-collector")];
+    let mut resource_attrs = vec![
+        kv("service.name", "higgsmeter-collector"),
+        kv("service.instance.id", instance_id),
+    ];
     resource_attrs.extend(store.static_labels.iter().map(|(k, v)| kv(k, v)));
     let mut resource_metrics = vec![ResourceMetrics {
         resource: Some(Resource {

@@ -87,7 +87,8 @@ fn account(
         .headers()
         .get("grpc-message")
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
+        .map(percent_decode)
+        .unwrap_or_default()
         .to_ascii_lowercase();
     let reason = match tonic::Code::from(code) {
         tonic::Code::Ok => return resp,
@@ -110,6 +111,26 @@ fn account(
     };
     stats.refuse_request(Transport::Grpc, reason);
     resp
+}
+
+/// `grpc-message` is percent-encoded.
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+            if let Some(b) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Serves OTLP/gRPC on `listener` until `cancel`.
