@@ -2,6 +2,7 @@
 
 use std::collections::HashSet;
 use std::fmt::{self, Write as _};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -185,6 +186,8 @@ struct Accountant {
     /// Open step and transfer spans (few at a time: scanned, never allocated per span
     /// once the vector has grown).
     open: Mutex<Vec<CatalogSpan>>,
+    /// How many are open, so closing a state span skips the catalog look-up.
+    open_count: AtomicUsize,
     /// Recorders by interned label values, made at a combination's first close.
     steps: RwLock<Vec<([OpId; 2], StepRecorder)>>,
     transfers: RwLock<Vec<([OpId; 3], TransferRecorder)>>,
@@ -197,6 +200,7 @@ impl Accountant {
             warned: Mutex::new(HashSet::new()),
             engine: OnceLock::new(),
             open: Mutex::new(Vec::with_capacity(16)),
+            open_count: AtomicUsize::new(0),
             steps: RwLock::new(Vec::new()),
             transfers: RwLock::new(Vec::new()),
         }
@@ -217,10 +221,9 @@ impl Accountant {
             amount: fields.amount,
             start: self.tracker.now_nanos(),
         };
-        self.open
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(span);
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.push(span);
+        self.open_count.fetch_add(1, Ordering::Release);
     }
 
     fn record_catalog(&self, id: &Id, values: &Record<'_>) {
@@ -240,36 +243,43 @@ impl Accountant {
         }
     }
 
-    /// A step or transfer span closed: record its duration and amount.
-    fn close_catalog(&self, id: &Id) {
+    /// If `id` is an open step or transfer span, records its duration and amount and
+    /// returns true.
+    fn close_catalog(&self, id: &Id) -> bool {
+        if self.open_count.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let span = {
             let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
             let Some(pos) = open.iter().rposition(|s| s.span == id.into_u64()) else {
-                return;
+                return false;
             };
+            self.open_count.fetch_sub(1, Ordering::Release);
             open.swap_remove(pos)
         };
         let elapsed = Duration::from_nanos(self.tracker.now_nanos().saturating_sub(span.start));
         let [a, b, c] = span.labels;
-        match span.kind {
-            CatalogKind::Step => {
-                match cached(&self.steps, [a, b], || {
-                    self.engine().step(&intern::name(a), &intern::name(b))
-                }) {
-                    Ok(recorder) => recorder.record(elapsed, span.amount),
-                    Err(e) => self.catalog_error(e),
-                }
-            }
-            CatalogKind::Transfer => {
-                match cached(&self.transfers, [a, b, c], || {
+        let recorded = match span.kind {
+            CatalogKind::Step => with_cached(
+                &self.steps,
+                [a, b],
+                || self.engine().step(&intern::name(a), &intern::name(b)),
+                |r| r.record(elapsed, span.amount),
+            ),
+            CatalogKind::Transfer => with_cached(
+                &self.transfers,
+                [a, b, c],
+                || {
                     self.engine()
                         .transfer(&intern::name(a), &intern::name(b), &intern::name(c))
-                }) {
-                    Ok(recorder) => recorder.record(elapsed, span.amount.unwrap_or(0)),
-                    Err(e) => self.catalog_error(e),
-                }
-            }
+                },
+                |r| r.record(elapsed, span.amount.unwrap_or(0)),
+            ),
+        };
+        if let Err(e) = recorded {
+            self.catalog_error(e);
         }
+        true
     }
 
     #[cold]
@@ -364,11 +374,10 @@ where
             });
     }
 
-    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        if ctx.metadata(&id).and_then(catalog_kind).is_some() {
-            return self.close_catalog(&id);
+    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
+        if !self.close_catalog(&id) {
+            self.tracker.close(id.into_u64());
         }
-        self.tracker.close(id.into_u64());
     }
 }
 
@@ -575,25 +584,26 @@ impl fmt::Write for SmallText {
     }
 }
 
-/// The recorder cached for a label combination, made (and cached) on first use.
-fn cached<K: PartialEq + Copy, R: Clone>(
+/// Runs `use_it` on the recorder cached for a label combination, making (and caching)
+/// it on first use. The hit path holds a read lock and clones nothing.
+fn with_cached<K: PartialEq + Copy, R>(
     cache: &RwLock<Vec<(K, R)>>,
     key: K,
     make: impl FnOnce() -> Result<R, crate::Error>,
-) -> Result<R, crate::Error> {
-    let found = cache
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .find(|(k, _)| *k == key)
-        .map(|(_, r)| r.clone());
-    if let Some(r) = found {
-        return Ok(r);
+    use_it: impl FnOnce(&R),
+) -> Result<(), crate::Error> {
+    {
+        let hit = cache.read().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, r)) = hit.iter().find(|(k, _)| *k == key) {
+            use_it(r);
+            return Ok(());
+        }
     }
     let r = make()?;
+    use_it(&r);
     cache
         .write()
         .unwrap_or_else(|e| e.into_inner())
-        .push((key, r.clone()));
-    Ok(r)
+        .push((key, r));
+    Ok(())
 }
