@@ -69,7 +69,7 @@ peer_cmd() {
     sink) echo "$LG --sink 127.0.0.1:$2 --sink-http 127.0.0.1:$3 --sink-for $RUN_LIMIT" ;;
     rotel-otlp) echo "$ROTEL start --exporter otlp --otlp-exporter-endpoint http://127.0.0.1:$4 --otlp-grpc-endpoint 127.0.0.1:$2 --otlp-http-endpoint 127.0.0.1:$3 --otlp-grpc-max-recv-msg-size-mib 16 --pid-file $OUT/rotel.pid --log-file $OUT/rotel.log" ;;
     rotel) echo "$ROTEL start --exporter blackhole --otlp-grpc-endpoint 127.0.0.1:$2 --otlp-http-endpoint 127.0.0.1:$3 --otlp-grpc-max-recv-msg-size-mib 16 --pid-file $OUT/rotel.pid --log-file $OUT/rotel.log" ;;
-    higgsmeter) echo "$HM --grpc-endpoint 127.0.0.1:$2 --http-endpoint 127.0.0.1:$3 --prometheus-endpoint 127.0.0.1:$4 ${COLLECTOR_ARGS:-}" ;;
+    higgsmeter) echo "$HM --grpc 127.0.0.1:$2 --http 127.0.0.1:$3 --prometheus 127.0.0.1:$4 ${COLLECTOR_ARGS:-}" ;;
     esac
 }
 
@@ -145,7 +145,8 @@ for r in rows:
         print(f'\n{r["label"]}: GET {s["url"]} after {r["workers"]}x{r["series"]} series '
               f'({r["histogram_percent"]}% histograms{", per-worker attribute" if r["unique_per_worker"] else ""}): status {s["status"]}, '
               f'{s["bytes"]} bytes, {s["samples"]} samples; min {s["min_ms"]:.1f} ms, median {s["median_ms"]:.1f} ms, '
-              f'max {s["max_ms"]:.1f} ms (load avg {r["loadavg_at_start"]})')
+              f'max {s["max_ms"]:.1f} ms; target CPU {f(s.get("target_cpu_ms_per_get"), "{:.0f}")} ms per GET, '
+              f'RSS after {f(s.get("target_rss_after_mib"), "{:.0f}")} MiB (load avg {r["loadavg_at_start"]})')
 EOF
 if [[ -f $OUT/rotel-otlp.upstream.log ]]; then
     echo "rotel-otlp upstream sink, per run (points rotel actually forwarded):" >&2

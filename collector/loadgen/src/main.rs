@@ -242,7 +242,7 @@ async fn generate(cli: Cli) -> anyhow::Result<()> {
     };
 
     let scrape = match &cli.scrape {
-        Some(url) => Some(report::scrape(url, cli.scrape_count).await?),
+        Some(url) => Some(report::scrape(url, cli.scrape_count, pid).await?),
         None => None,
     };
     if let Some(target) = spawned.take() {

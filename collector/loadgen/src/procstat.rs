@@ -36,6 +36,11 @@ pub(crate) fn cpu(pid: u32) -> anyhow::Result<CpuSample> {
     })
 }
 
+/// CPU seconds used between two samples.
+pub(crate) fn cpu_seconds(a: CpuSample, b: CpuSample) -> f64 {
+    b.ticks.saturating_sub(a.ticks) as f64 / USER_HZ
+}
+
 /// Percent of one core used between two samples.
 pub(crate) fn cpu_percent(a: CpuSample, b: CpuSample) -> f64 {
     let secs = b.at.duration_since(a.at).as_secs_f64();

@@ -116,10 +116,19 @@ pub(crate) struct Scrape {
     pub(crate) median_ms: f64,
     /// Slowest GET, ms.
     pub(crate) max_ms: f64,
+    /// Target CPU time per GET (all threads), ms, when a target pid is known.
+    pub(crate) target_cpu_ms_per_get: Option<f64>,
+    /// Target `VmRSS` after the GETs, MiB.
+    pub(crate) target_rss_after_mib: Option<f64>,
+    /// Target `VmHWM` (peak RSS since start) after the GETs, MiB.
+    pub(crate) target_hwm_after_mib: Option<f64>,
 }
 
-/// GETs `url` `count` times in a row and times each full response.
-pub(crate) async fn scrape(url: &str, count: usize) -> anyhow::Result<Scrape> {
+/// GETs `url` `count` times in a row and times each full response; with `pid`, also
+/// the target's CPU time per GET and its memory afterwards.
+pub(crate) async fn scrape(url: &str, count: usize, pid: Option<u32>) -> anyhow::Result<Scrape> {
+    let count = count.max(1);
+    let cpu0 = pid.and_then(|p| procstat::cpu(p).ok());
     let uri: hyper::Uri = url
         .parse()
         .with_context(|| format!("invalid --scrape URL {url:?}"))?;
@@ -127,7 +136,7 @@ pub(crate) async fn scrape(url: &str, count: usize) -> anyhow::Result<Scrape> {
         HttpClient::builder(TokioExecutor::new()).build_http();
     let mut ms = Vec::with_capacity(count);
     let (mut status, mut bytes, mut samples) = (0, 0, 0);
-    for _ in 0..count.max(1) {
+    for _ in 0..count {
         let t0 = Instant::now();
         let resp = tokio::time::timeout(Duration::from_secs(30), client.get(uri.clone()))
             .await
@@ -147,6 +156,8 @@ pub(crate) async fn scrape(url: &str, count: usize) -> anyhow::Result<Scrape> {
             .filter(|l| !l.is_empty() && !l.starts_with(b"#"))
             .count();
     }
+    let cpu1 = pid.and_then(|p| procstat::cpu(p).ok());
+    let mem = pid.and_then(|p| procstat::memory(p).ok());
     let mut sorted = ms.clone();
     sorted.sort_by(f64::total_cmp);
     Ok(Scrape {
@@ -157,6 +168,11 @@ pub(crate) async fn scrape(url: &str, count: usize) -> anyhow::Result<Scrape> {
         min_ms: sorted.first().copied().unwrap_or(0.0),
         median_ms: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
         max_ms: sorted.last().copied().unwrap_or(0.0),
+        target_cpu_ms_per_get: cpu0
+            .zip(cpu1)
+            .map(|(a, b)| procstat::cpu_seconds(a, b) * 1e3 / count as f64),
+        target_rss_after_mib: mem.map(|m| mib(m.rss_kib)),
+        target_hwm_after_mib: mem.map(|m| mib(m.hwm_kib)),
         ms,
     })
 }
@@ -353,6 +369,15 @@ impl Report {
                 "  GET {} -> {}: {} bytes, {} samples; min {:.1} ms, median {:.1} ms, max {:.1} ms",
                 s.url, s.status, s.bytes, s.samples, s.min_ms, s.median_ms, s.max_ms
             );
+            if let Some(t) = &self.usage.target {
+                println!(
+                    "  target pid {} during the GETs: CPU {} per GET; RSS after {}, peak ever {}",
+                    t.pid,
+                    f(s.target_cpu_ms_per_get, " ms"),
+                    f(s.target_rss_after_mib, " MiB"),
+                    f(s.target_hwm_after_mib, " MiB")
+                );
+            }
         }
         for e in &self.errors {
             println!("  error: {e}");
