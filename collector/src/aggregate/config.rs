@@ -7,6 +7,16 @@ use serde::Deserialize;
 
 use crate::config::duration_serde;
 
+/// The catalog's GPU gauges whose fleet sum means something (memory, power); every
+/// other GPU gauge (utilization, temperature, clocks, peaks) describes one device and
+/// stays per source.
+pub(crate) const SUMMABLE_GPU_GAUGES: &[&str] = &[
+    higgsmeter_catalog::HW_GPU_MEMORY_USAGE.name,
+    higgsmeter_catalog::HW_GPU_MEMORY_LIMIT.name,
+    higgsmeter_catalog::HW_POWER.name,
+    higgsmeter_catalog::HW_GPU_PROCESS_MEMORY_USAGE.name,
+];
+
 /// How the fleet view combines one gauge's series from several sources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -104,8 +114,9 @@ pub struct AggregateConfig {
     /// source that comes back with the same identity is not counted twice (default 1 h).
     #[serde(with = "duration_serde")]
     pub forget_after: Duration,
-    /// Gauge rules, first match wins; then the built-in rules (`worker_current_state`:
-    /// `per_source`); then `default_gauge_aggregation`.
+    /// Gauge rules, first match wins; then the built-in rules (`worker_current_state`
+    /// and the catalog's per-device GPU gauges: `per_source`); then
+    /// `default_gauge_aggregation`.
     pub gauges: Vec<GaugeRule>,
     /// The aggregation of gauges no rule matches (default `sum`).
     pub default_gauge_aggregation: GaugeAggregation,
@@ -152,6 +163,12 @@ impl AggregateConfig {
             return rule.aggregation;
         }
         if otel_name == higgsmeter_catalog::WORKER_CURRENT_STATE.name {
+            return GaugeAggregation::PerSource;
+        }
+        let gpu_gauge = higgsmeter_catalog::GPU_FAMILIES
+            .iter()
+            .any(|f| f.name == otel_name && f.kind == higgsmeter_catalog::Kind::Gauge);
+        if gpu_gauge && !SUMMABLE_GPU_GAUGES.contains(&otel_name) {
             return GaugeAggregation::PerSource;
         }
         self.default_gauge_aggregation
