@@ -9,6 +9,7 @@
 #   DURATION [10] WARMUP [2]    seconds measured / warm-up per run
 #   RATE [100000]               points/s of the fixed-rate runs
 #   CONC [8]                    requests in flight
+#   REPEAT [1]                  repetitions of every load run (the table shows medians)
 #   PROTOCOLS ["grpc http"]     protocols of the max-rate runs (fixed-rate runs use gRPC)
 #   PEERS ["sink rotel rotel-otlp higgsmeter"]  (rotel-otlp: rotel forwarding over OTLP/gRPC
 #                               to a decode-only sink, the issue's "forwards" figure)
@@ -96,13 +97,19 @@ run() {
     fi
 }
 
+# Peers interleaved per scenario (and per repetition), so that noise from other work on
+# the machine spreads over all of them instead of hitting one peer's block of runs.
+LIVE_PEERS=""
 for peer in $PEERS; do
     [[ $peer == rotel* && -z "$ROTEL" ]] && continue
     [[ $peer == higgsmeter && -z "$HM" ]] && continue
+    LIVE_PEERS="$LIVE_PEERS $peer"
+done
+for rep in $(seq 1 "${REPEAT:-1}"); do
     for proto in $PROTOCOLS; do
-        run "$peer" "$proto"
+        for peer in $LIVE_PEERS; do run "$peer" "$proto"; done
     done
-    run "$peer" grpc --rate "$RATE"
+    for peer in $LIVE_PEERS; do run "$peer" grpc --rate "$RATE"; done
 done
 
 # /metrics render of 100k series: 500 workers x 200 series, one round, then 10 GETs each.
@@ -119,26 +126,46 @@ if [[ -n "$HM" ]]; then
 fi
 
 python3 - "$OUT/results.jsonl" <<'EOF'
-import json, sys
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-def key(r): return (r["protocol"], r["target_rate"] is not None)
-rotel = {key(r): r for r in rows if r["label"] == "rotel" and not r.get("scrape")}  # blackhole exporter
+load_rows = [r for r in rows if not r.get("scrape")]
+def key(r): return (r["protocol"], r["target_rate"])
+def tgt(r, k): return ((r.get("usage") or {}).get("target") or {}).get(k)
+def med(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+groups = {}
+for r in load_rows:
+    groups.setdefault((r["label"],) + key(r), []).append(r)
+summary = {}
+for (label, proto, rate), rs in groups.items():
+    summary[(label, proto, rate)] = {
+        "n": len(rs),
+        "pps": med([r["accepted_points_per_s"] for r in rs]),
+        "p50": med([r["latency_p50_ms"] for r in rs]),
+        "p99": med([r["latency_p99_ms"] for r in rs]),
+        "cpu": med([tgt(r, "cpu_percent") for r in rs]),
+        "rss": med([tgt(r, "rss_mib") for r in rs]),
+        "rss_max": med([tgt(r, "rss_max_mib") for r in rs]),
+        "lg": med([(r.get("usage") or {}).get("loadgen_cpu_percent") for r in rs]),
+        "load": " / ".join(r["loadavg_at_start"].split()[0] for r in rs),
+    }
 def f(v, fmt): return "n/a" if v is None else fmt.format(v)
-print("| peer | protocol | load | accepted points/s | vs rotel | p50 / p99 ms | target CPU % | target RSS MiB (max) | loadgen CPU % | load avg |")
+print("| peer | protocol | load | accepted points/s | vs rotel | p50 / p99 ms | target CPU % | target RSS MiB (max) | loadgen CPU % | load avg (1 min) |")
 print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
-for r in rows:
-    if r.get("scrape"):
-        continue
-    t = (r["usage"] or {}).get("target") or {}
-    ref = rotel.get(key(r))
-    ratio = "" if not ref or r["label"] == "rotel" else (
-        f'{r["accepted_points_per_s"] / ref["accepted_points_per_s"]:.2f}x' if r["target_rate"] is None
-        else f'CPU {(t.get("cpu_percent") or 0) / max(ref["usage"]["target"]["cpu_percent"] or 1e-9, 1e-9):.2f}x')
-    load = "max" if r["target_rate"] is None else f'{r["target_rate"]:.0f}/s'
-    print(f'| {r["label"]} | {r["protocol"]} | {load} | {r["accepted_points_per_s"]:,.0f} | {ratio} | '
-          f'{r["latency_p50_ms"]:.1f} / {r["latency_p99_ms"]:.1f} | {f(t.get("cpu_percent"), "{:.0f}")} | '
-          f'{f(t.get("rss_mib"), "{:.1f}")} ({f(t.get("rss_max_mib"), "{:.1f}")}) | '
-          f'{f(r["usage"].get("loadgen_cpu_percent"), "{:.0f}")} | {r["loadavg_at_start"]} |')
+for (label, proto, rate), s in summary.items():
+    ref = summary.get(("rotel", proto, rate))
+    ratio = ""
+    if ref and label != "rotel":
+        if rate is None and ref["pps"]:
+            ratio = f'{s["pps"] / ref["pps"]:.2f}x'
+        elif rate is not None and ref["cpu"] and s["cpu"] is not None:
+            ratio = f'CPU {s["cpu"] / ref["cpu"]:.2f}x'
+    load = "max" if rate is None else f"{rate:.0f}/s"
+    n = "" if s["n"] == 1 else f' (median of {s["n"]})'
+    print(f'| {label} | {proto} | {load} | {s["pps"]:,.0f}{n} | {ratio} | '
+          f'{f(s["p50"], "{:.1f}")} / {f(s["p99"], "{:.1f}")} | {f(s["cpu"], "{:.0f}")} | '
+          f'{f(s["rss"], "{:.1f}")} ({f(s["rss_max"], "{:.1f}")}) | {f(s["lg"], "{:.0f}")} | {s["load"]} |')
 for r in rows:
     s = r.get("scrape")
     if s:
