@@ -24,15 +24,33 @@ pub struct DemoOptions {
     pub export_interval: Duration,
     /// Redraw the terminal view in place (ANSI); otherwise print plain blocks.
     pub ansi: bool,
+    /// Listen addresses that replace the standard ports (`--grpc`, `--http`,
+    /// `--prometheus`; no fallback for these).
+    pub listen: Overrides,
 }
 
 /// Starts a demo collector on the standard ports (4317, 4318, 9464 on 127.0.0.1),
 /// falling back to a free port for any that is taken.
-async fn start_collector() -> Result<RunningCollector, Error> {
+async fn start_collector(listen: &Overrides) -> Result<RunningCollector, Error> {
     let mut overrides = Overrides {
-        grpc: Some("127.0.0.1:4317".into()),
-        http: Some("127.0.0.1:4318".into()),
-        prometheus: Some("127.0.0.1:9464".into()),
+        grpc: Some(
+            listen
+                .grpc
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1:4317".into()),
+        ),
+        http: Some(
+            listen
+                .http
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1:4318".into()),
+        ),
+        prometheus: Some(
+            listen
+                .prometheus
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1:9464".into()),
+        ),
         ..Overrides::default()
     };
     loop {
@@ -40,7 +58,12 @@ async fn start_collector() -> Result<RunningCollector, Error> {
         config.apply(&overrides);
         match Collector::start(config.plan()?).await {
             Ok(running) => return Ok(running),
-            Err(Error::Bind { what, addr, .. }) if addr.port() != 0 => {
+            Err(Error::Bind { what, addr, .. })
+                if addr.port() != 0
+                    && listen.grpc.is_none()
+                    && listen.http.is_none()
+                    && listen.prometheus.is_none() =>
+            {
                 let free = format!("{}:0", addr.ip());
                 match what {
                     "OTLP/gRPC receiver" => overrides.grpc = Some(free),
@@ -147,7 +170,7 @@ pub async fn run(
     options: DemoOptions,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), Error> {
-    let running = start_collector().await?;
+    let running = start_collector(&options.listen).await?;
     let addrs = running.addresses();
     let grpc = addrs.grpc.ok_or_else(|| Error::Config {
         path: "demo".into(),

@@ -53,6 +53,9 @@ struct Cli {
 enum Cmd {
     /// Run the collector with N simulated ranks (separate processes using the
     /// higgsmeter SDK) and a live view of each rank's state and share of time.
+    ///
+    /// Listens on 4317/4318/9464 (127.0.0.1), or a free port for any that is taken;
+    /// `--grpc`, `--http`, `--prometheus` before `demo` choose the addresses instead.
     Demo {
         /// How many simulated ranks.
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
@@ -186,6 +189,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                     .map_err(anyhow::Error::msg)?,
                 export_interval: Duration::from_millis(500),
                 ansi: !plain,
+                listen: Overrides {
+                    grpc: cli.grpc,
+                    http: cli.http,
+                    prometheus: cli.prometheus,
+                    ..Overrides::default()
+                },
             };
             runtime()?.block_on(higgsmeter_collector::demo::run(options, shutdown_signal()))?;
             Ok(())

@@ -225,6 +225,14 @@ fn check_config_validates_and_explains() {
 #[test]
 fn demo_runs_ranks_and_stops_on_its_own() {
     let out = Command::new(collector_bin())
+        .args([
+            "--grpc",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+            "--prometheus",
+            "127.0.0.1:0",
+        ])
         .args(["demo", "--ranks", "2", "--duration", "2.5", "--plain"])
         .output()
         .expect("run the demo");

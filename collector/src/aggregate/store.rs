@@ -902,10 +902,11 @@ impl Store {
             });
             return;
         }
-        let counts: Vec<u64> = if p.bucket_counts.is_empty() {
-            vec![p.count]
+        let single = [p.count];
+        let counts: &[u64] = if p.bucket_counts.is_empty() {
+            &single
         } else {
-            p.bucket_counts.clone()
+            &p.bucket_counts
         };
         let id = match self.series_for(source, metric, &p.attributes, Some(bounds), now) {
             Ok(id) => id,
@@ -942,35 +943,32 @@ impl Store {
         let Value::Histogram(h) = &mut s.value else {
             return;
         };
-        let (inc_counts, inc_count, inc_sum): (Vec<u64>, u64, f64) = if delta {
-            (counts.clone(), p.count, sum)
-        } else {
-            let restarted = (start != 0 && s.start != 0 && start != s.start)
-                || p.count < h.count
-                || counts.iter().zip(&h.counts).any(|(a, b)| a < b);
-            if restarted {
-                (counts.clone(), p.count, sum)
-            } else {
-                (
-                    counts.iter().zip(&h.counts).map(|(a, b)| a - b).collect(),
-                    p.count - h.count,
-                    sum - h.sum,
-                )
-            }
+        let FleetValue::Histogram(f) = &mut self.fleet[s.fleet as usize].value else {
+            return;
         };
-        if delta {
-            h.add(&counts, p.count, sum);
+        let restarted = delta
+            || (start != 0 && s.start != 0 && start != s.start)
+            || p.count < h.count
+            || counts.iter().zip(&h.counts).any(|(a, b)| a < b);
+        if restarted {
+            // The whole point counts (a delta, or a restarted source's new histogram).
+            f.add(counts, p.count, sum);
         } else {
-            h.counts = counts;
+            for ((fc, new), old) in f.counts.iter_mut().zip(counts).zip(&h.counts) {
+                *fc = fc.saturating_add(new - old);
+            }
+            f.count = f.count.saturating_add(p.count - h.count);
+            f.sum += sum - h.sum;
+        }
+        if delta {
+            h.add(counts, p.count, sum);
+        } else {
+            h.counts.copy_from_slice(counts);
             h.count = p.count;
             h.sum = sum;
         }
         s.start = start;
         s.time = time;
-        let fleet = s.fleet as usize;
-        if let FleetValue::Histogram(f) = &mut self.fleet[fleet].value {
-            f.add(&inc_counts, inc_count, inc_sum);
-        }
     }
 
     /// Forgets series (and sources) silent for longer than `forget_after`. Counted
