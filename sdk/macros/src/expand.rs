@@ -40,9 +40,14 @@ pub(crate) fn expand(args: Args, item: TokenStream) -> syn::Result<TokenStream> 
     };
 
     let body = if sig.asyncness.is_some() {
+        // The output type is pinned up front (so `?` and `return` infer) and the body's
+        // value is bound to it (a coercion site, as an `async fn`'s tail is).
         let future = match &sig.output {
             ReturnType::Type(_, ty) if !contains_impl_trait(ty) => quote! {
-                ::higgsmeter::__private::with_output::<#ty, _>(async move #block)
+                ::higgsmeter::__private::with_output::<#ty, _>(async move {
+                    let __hm_output: #ty = #block;
+                    __hm_output
+                })
             },
             ReturnType::Default => quote! {
                 ::higgsmeter::__private::with_output::<(), _>(async move #block)
@@ -69,10 +74,14 @@ pub(crate) fn expand(args: Args, item: TokenStream) -> syn::Result<TokenStream> 
     })
 }
 
-/// Whether a type mentions `impl Trait`, which cannot be named in a turbofish.
+/// Whether a type mentions `impl Trait` anywhere, which cannot be named in a turbofish.
 fn contains_impl_trait(ty: &Type) -> bool {
-    quote!(#ty)
-        .into_iter()
-        .any(|t| matches!(t, proc_macro2::TokenTree::Ident(i) if i == "impl"))
-        || matches!(ty, Type::ImplTrait(_))
+    fn walk(tokens: TokenStream) -> bool {
+        tokens.into_iter().any(|t| match t {
+            proc_macro2::TokenTree::Ident(i) => i == "impl",
+            proc_macro2::TokenTree::Group(g) => walk(g.stream()),
+            _ => false,
+        })
+    }
+    walk(quote!(#ty))
 }

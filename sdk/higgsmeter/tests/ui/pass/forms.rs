@@ -33,3 +33,14 @@ fn main() {
     let _ = with_question_mark("1");
     let _ = Client.method("k");
 }
+
+#[track_state(AppState::Io)]
+async fn nested_impl() -> (u8, Box<dyn Fn() -> u8>) {
+    (1, Box::new(|| 2))
+}
+
+#[allow(dead_code)]
+#[track_state(AppState::Io)]
+async fn impl_in_tuple() -> (u8, impl std::fmt::Debug) {
+    (1, 2)
+}
