@@ -577,3 +577,58 @@ impl PromClient {
         Ok(out)
     }
 }
+
+/// Every PromQL expression of a Grafana dashboard (panels, rows' nested panels, and
+/// query variables), with the title of the panel (or variable) it belongs to.
+pub fn dashboard_exprs(dashboard: &serde_json::Value) -> Vec<(String, String)> {
+    fn panels(list: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        for panel in list.as_array().into_iter().flatten() {
+            let title = panel["title"].as_str().unwrap_or("").to_owned();
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                if let Some(expr) = target["expr"].as_str() {
+                    out.push((title.clone(), expr.to_owned()));
+                }
+            }
+            panels(&panel["panels"], out);
+        }
+    }
+    let mut out = Vec::new();
+    panels(&dashboard["panels"], &mut out);
+    for var in dashboard["templating"]["list"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let name = var["name"].as_str().unwrap_or("").to_owned();
+        let query = var["query"]["query"]
+            .as_str()
+            .or_else(|| var["query"].as_str())
+            .or_else(|| var["definition"].as_str());
+        if var["type"] == "query"
+            && let Some(q) = query
+        {
+            // label_values(metric{...}, label) → the selector it reads.
+            let inner = q
+                .strip_prefix("label_values(")
+                .and_then(|rest| rest.rsplit_once(','))
+                .map(|(selector, _)| selector.trim().to_owned());
+            if let Some(selector) = inner {
+                out.push((format!("variable {name}"), selector));
+            }
+        }
+    }
+    out
+}
+
+/// A Grafana PromQL expression made runnable against the Prometheus API: the
+/// dashboard's variables (`$service`, `$rank`, all-values) become `.+`, Grafana's
+/// interval macros become fixed durations.
+pub fn grafana_to_promql(expr: &str) -> String {
+    expr.replace("$__rate_interval", "1m")
+        .replace("$__interval", "1s")
+        .replace("$__range", "5m")
+        .replace("${service:regex}", ".+")
+        .replace("${rank:regex}", ".+")
+        .replace("$service", ".+")
+        .replace("$rank", ".+")
+}

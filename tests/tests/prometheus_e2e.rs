@@ -1,0 +1,617 @@
+//! End to end against a real Prometheus server: four `e2e-worker` processes (ranks
+//! 0..3, known workloads) push OTLP/gRPC to a real `higgsmeter-collector`; a real
+//! Prometheus (Debian's `/usr/bin/prometheus`, scrape and rule interval 1 s, the
+//! shipped otel-config/prometheus.yml and rules) scrapes both of its views. Then,
+//! through Prometheus's HTTP API:
+//!
+//! - every query of the Python higgsmeter README (GPU utilisation %, idle %, I/O
+//!   breakdown by operation, current state, top-5 operations) against the fleet view,
+//!   and per-rank versions against the per-source view, each checked against what the
+//!   workers recorded themselves (ground truth written at exit);
+//! - the README's GPU-utilisation and idle queries as printed return nothing, and the
+//!   corrected ones (and the recording rules) answer what they meant;
+//! - `histogram_quantile` over `mstar_step_seconds` and rates of
+//!   `mstar_transfer_bytes_total`, from collector-aggregated data;
+//! - every PromQL expression of the Grafana dashboard is accepted by the server.
+//!
+//! Shares are checked within half a percentage point: Prometheus is scraping before
+//! any worker starts, and every series exists before its time counts (the workers visit
+//! each (state, operation) for an instant first), so every rate's window holds each
+//! series' whole life and what Prometheus cannot see is microseconds. Totals are
+//! checked to the microsecond. `E2E_VERBOSE=1` prints every comparison's margin.
+#![allow(clippy::unwrap_used, reason = "test code")]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime};
+
+use higgsmeter_e2e::{
+    ChildGuard, Collector, GroundTruth, PromClient, Prometheus, SERVICE_NAME, WORKLOADS,
+    collector_binary, line_reader, repo_root, wait_line,
+};
+
+const W: &str = "worker_activity_time_seconds_total";
+const FLEET: &str = r#"job="higgsmeter""#;
+const SOURCES: &str = r#"job="higgsmeter_sources""#;
+const WORKING: &str = r#"state!~"startup|warmup|shutdown""#;
+/// Shares (0..1) are checked within this much.
+const SHARE_TOLERANCE: f64 = 0.005;
+
+/// A temporary directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let dir =
+            std::env::temp_dir().join(format!("higgsmeter-e2e-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The shipped otel-config/prometheus.yml, pointed at this collector, with 1 s scrape
+/// and rule intervals and absolute rule-file paths.
+fn prometheus_config(target: SocketAddr) -> String {
+    let shipped = std::fs::read_to_string(repo_root().join("otel-config/prometheus.yml")).unwrap();
+    let rules = repo_root().join("otel-config/rules");
+    let mut config = shipped;
+    for (from, to, count) in [
+        ("scrape_interval: 5s", "scrape_interval: 1s".to_owned(), 1),
+        (
+            "evaluation_interval: 5s",
+            "evaluation_interval: 1s".to_owned(),
+            1,
+        ),
+        (
+            r#"targets: ["127.0.0.1:9464"]"#,
+            format!(r#"targets: ["{target}"]"#),
+            2,
+        ),
+        ("  - rules/", format!("  - {}/", rules.display()), 2),
+    ] {
+        assert_eq!(
+            config.matches(from).count(),
+            count,
+            "otel-config/prometheus.yml changed shape: {from:?}"
+        );
+        config = config.replace(from, &to);
+    }
+    config
+}
+
+struct Worker {
+    process: ChildGuard,
+    lines: mpsc::Receiver<String>,
+    truth_path: PathBuf,
+}
+
+fn spawn_worker(rank: usize, endpoint: &str, dir: &Path) -> Worker {
+    let truth_path = dir.join(format!("truth-{rank}.json"));
+    let mut process = ChildGuard::spawn(
+        format!("e2e-worker rank {rank}"),
+        Command::new(env!("CARGO_BIN_EXE_e2e-worker"))
+            .args(["--rank", &rank.to_string(), "--endpoint", endpoint])
+            .arg("--ground-truth")
+            .arg(&truth_path)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit()),
+    )
+    .unwrap();
+    let lines = line_reader(process.child().stdout.take().unwrap());
+    Worker {
+        process,
+        lines,
+        truth_path,
+    }
+}
+
+/// Polls `check` (bounded: `tries` × 250 ms) until it returns `Ok`; returns the last
+/// error otherwise.
+fn eventually<T>(tries: u32, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let mut last = String::new();
+    for _ in 0..tries {
+        match check() {
+            Ok(v) => return v,
+            Err(e) => last = e,
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("not reached after {tries} tries: {last}");
+}
+
+fn close(what: &str, got: f64, want: f64, tolerance: f64) {
+    if std::env::var_os("E2E_VERBOSE").is_some() {
+        eprintln!("MARGIN {:.4} of {tolerance}: {what}", (got - want).abs());
+    }
+    assert!(
+        (got - want).abs() <= tolerance,
+        "{what}: Prometheus says {got}, the workers recorded {want} (tolerance {tolerance})"
+    );
+}
+
+fn code(state: &str) -> f64 {
+    f64::from(higgsmeter::AppState::parse(state).unwrap().code())
+}
+
+/// Fleet totals over all workers: (state, operation) → seconds.
+fn fleet_totals(truth: &[GroundTruth]) -> BTreeMap<(String, String), f64> {
+    let mut out = BTreeMap::new();
+    for t in truth {
+        for e in &t.entries {
+            *out.entry((e.state.clone(), e.operation.clone()))
+                .or_insert(0.0) += e.seconds;
+        }
+    }
+    out
+}
+
+fn key(s: &higgsmeter_e2e::Sample) -> (String, String) {
+    (s.label("state").to_owned(), s.label("operation").to_owned())
+}
+
+#[test]
+fn seed_queries_rules_and_dashboard_against_real_prometheus() {
+    let tmp = TempDir::new();
+    let binary = collector_binary().unwrap();
+    let collector = Collector::start(&binary).unwrap();
+    let mut prometheus = Prometheus::start(
+        &tmp.0.join("prometheus"),
+        &prometheus_config(collector.prometheus),
+    )
+    .unwrap();
+    let prom = prometheus.client();
+    eprintln!("prometheus at {}", prom.addr);
+
+    // Prometheus scrapes its first targets only after its discovery settles (about
+    // 5 s): wait for a scrape of both views before any worker starts, so every series
+    // is seen from its first instant.
+    eventually(120, || {
+        let up = prom
+            .by_label(r#"up{job=~"higgsmeter|higgsmeter_sources"}"#, "job")
+            .map_err(|e| e.to_string())?;
+        (up.len() == 2 && up.values().all(|&v| v == 1.0))
+            .then_some(())
+            .ok_or(format!("up: {up:?}"))
+    });
+
+    let endpoint = format!("http://{}", collector.grpc);
+    let mut workers: Vec<Worker> = (0..WORKLOADS.len())
+        .map(|rank| spawn_worker(rank, &endpoint, &tmp.0))
+        .collect();
+    for w in &workers {
+        wait_line(&w.lines, Duration::from_secs(90), "HOLD", |l| {
+            l.starts_with("HOLD")
+        })
+        .unwrap_or_else(|e| panic!("{}: {e}", w.process.name()));
+    }
+
+    // Every worker now holds one known (state, operation) until released.
+    check_current_state(&prom);
+    // With every source live, every panel of the dashboard has data.
+    check_dashboard(&prom);
+
+    for w in &mut workers {
+        let stdin = w.process.child().stdin.as_mut().unwrap();
+        stdin.write_all(b"release\n").unwrap();
+        stdin.flush().unwrap();
+    }
+    let mut truth = Vec::new();
+    for w in &mut workers {
+        let status = w.process.wait_exit(Duration::from_secs(30)).unwrap();
+        assert!(
+            status.success(),
+            "{} exited with {status}",
+            w.process.name()
+        );
+        let text = std::fs::read_to_string(&w.truth_path).unwrap();
+        truth.push(serde_json::from_str::<GroundTruth>(&text).unwrap());
+    }
+    truth.sort_by_key(|t| t.rank);
+
+    // Every worker flushed before exiting: one more scrape of each view has its totals.
+    let exited = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    eventually(40, || {
+        let scraped = prom
+            .scalar(r#"min(timestamp(up{job=~"higgsmeter|higgsmeter_sources"}))"#)
+            .map_err(|e| e.to_string())?;
+        (scraped > exited + 0.2).then_some(()).ok_or(format!(
+            "last scrape at {scraped}, workers exited at {exited}"
+        ))
+    });
+    // And the rules have been evaluated on it.
+    std::thread::sleep(Duration::from_millis(1500));
+
+    check_totals(&prom, &truth);
+    check_seed_queries_as_printed(&prom);
+    check_utilisation_and_idle(&prom, &truth);
+    check_io_breakdown(&prom, &truth);
+    check_top5(&prom, &truth);
+    check_engine_families(&prom, &truth);
+
+    assert!(
+        prometheus.is_running(),
+        "prometheus died:\n{}",
+        prometheus.log()
+    );
+    drop(collector);
+}
+
+/// The seed's "current state" query, fleet and per rank, and the collector's derived
+/// per-state count, while every worker holds a known state; and the straggler rule.
+fn check_current_state(prom: &PromClient) {
+    let expected: BTreeMap<String, f64> = WORKLOADS
+        .iter()
+        .enumerate()
+        .map(|(rank, w)| (rank.to_string(), code(w.hold.0)))
+        .collect();
+    for view in [FLEET, SOURCES] {
+        let query = format!("worker_current_state{{{view}}}");
+        eventually(60, || {
+            let got = prom.by_label(&query, "rank").map_err(|e| e.to_string())?;
+            (got == expected)
+                .then_some(())
+                .ok_or(format!("{query}: {got:?}, want {expected:?}"))
+        });
+    }
+    let samples = prom
+        .query(&format!("worker_current_state{{{FLEET}}}"))
+        .unwrap();
+    assert!(
+        samples
+            .iter()
+            .all(|s| s.label("exported_job") == SERVICE_NAME),
+        "{samples:?}"
+    );
+
+    // One live source in each of gpu, io, cpu and idle; none elsewhere.
+    let in_state = format!("worker_sources_in_state{{{FLEET}}}");
+    let want: BTreeMap<String, f64> = higgsmeter::AppState::ALL
+        .iter()
+        .map(|s| {
+            let n = if WORKLOADS.iter().any(|w| w.hold.0 == s.as_str()) {
+                1.0
+            } else {
+                0.0
+            };
+            (s.as_str().to_owned(), n)
+        })
+        .collect();
+    eventually(40, || {
+        let got = prom
+            .by_label(&in_state, "state")
+            .map_err(|e| e.to_string())?;
+        (got == want)
+            .then_some(())
+            .ok_or(format!("{in_state}: {got:?}, want {want:?}"))
+    });
+
+    // Rank 3 holds idle while rank 0 holds gpu: the straggler signal, for it alone.
+    let want: BTreeMap<String, f64> = WORKLOADS
+        .iter()
+        .enumerate()
+        .map(|(rank, w)| (rank.to_string(), if w.hold.0 == "idle" { 1.0 } else { 0.0 }))
+        .collect();
+    eventually(40, || {
+        let got = prom
+            .by_label("higgsmeter:rank_idle_while_others_gpu:bool", "rank")
+            .map_err(|e| e.to_string())?;
+        (got == want)
+            .then_some(())
+            .ok_or(format!("straggler rule: {got:?}, want {want:?}"))
+    });
+}
+
+/// The collector's sums, as Prometheus stored them, equal the workers' own totals.
+fn check_totals(prom: &PromClient, truth: &[GroundTruth]) {
+    let want = fleet_totals(truth);
+    let got: BTreeMap<_, _> = prom
+        .query(&format!("{W}{{{FLEET}}}"))
+        .unwrap()
+        .iter()
+        .map(|s| (key(s), s.value))
+        .collect();
+    assert_eq!(
+        got.keys().collect::<BTreeSet<_>>(),
+        want.keys().collect::<BTreeSet<_>>(),
+        "fleet (state, operation) pairs"
+    );
+    for (k, &w) in &want {
+        if k.0 == "shutdown" {
+            // Keeps counting until the final export, after the snapshot.
+            assert!(got[k] >= w, "{k:?}: {} < {w}", got[k]);
+        } else {
+            close(&format!("fleet total {k:?}"), got[k], w, 1e-6);
+        }
+    }
+    // Per source: each rank's last value before it left the per-source view.
+    let per_source = prom
+        .query(&format!("last_over_time({W}{{{SOURCES}}}[5m])"))
+        .unwrap();
+    assert!(!per_source.is_empty());
+    for s in &per_source {
+        let rank: usize = s.label("rank").parse().unwrap();
+        let (state, op) = key(s);
+        let w = truth[rank].seconds(&state, &op);
+        if state != "shutdown" {
+            close(&format!("rank {rank} total {state}/{op}"), s.value, w, 1e-6);
+        }
+    }
+    let ranks: BTreeSet<_> = per_source
+        .iter()
+        .map(|s| s.label("rank").to_owned())
+        .collect();
+    assert_eq!(ranks.len(), WORKLOADS.len(), "{ranks:?}");
+}
+
+/// The seed's GPU-utilisation and idle queries, exactly as printed: a rate that keeps
+/// its labels divided by an unlabelled sum matches nothing, so the answer is empty —
+/// although both sides have data.
+fn check_seed_queries_as_printed(prom: &PromClient) {
+    for state in ["gpu", "idle"] {
+        let numerator = format!(r#"rate({W}{{state="{state}"}}[5m])"#);
+        let denominator = format!("sum(rate({W}{{{WORKING}}}[5m]))");
+        let seed = format!("{numerator}\n/\n{denominator}\n* 100");
+        assert!(!prom.query(&numerator).unwrap().is_empty(), "{numerator}");
+        assert_eq!(prom.query(&denominator).unwrap().len(), 1, "{denominator}");
+        let got = prom.query(&seed).unwrap();
+        assert!(got.is_empty(), "the seed's query returned {got:?}");
+    }
+}
+
+/// The corrected GPU-utilisation and idle queries (OPERATIONS.md), fleet-wide and per
+/// rank, and the recording rules that carry them.
+fn check_utilisation_and_idle(prom: &PromClient, truth: &[GroundTruth]) {
+    let working: f64 = truth.iter().map(GroundTruth::working_seconds).sum();
+    for state in ["gpu", "idle", "io", "cpu"] {
+        let want = truth.iter().map(|t| t.state_seconds(state)).sum::<f64>() / working;
+        let fleet = format!(
+            r#"sum(rate({W}{{{FLEET},state="{state}"}}[5m])) / sum(rate({W}{{{FLEET},{WORKING}}}[5m])) * 100"#
+        );
+        close(
+            &fleet,
+            prom.scalar(&fleet).unwrap(),
+            want * 100.0,
+            SHARE_TOLERANCE * 100.0,
+        );
+        let rule = format!(r#"higgsmeter:worker_state:ratio5m{{state="{state}"}}"#);
+        close(&rule, prom.scalar(&rule).unwrap(), want, SHARE_TOLERANCE);
+
+        let per_rank = format!(
+            r#"sum by (rank) (rate({W}{{{SOURCES},state="{state}"}}[5m])) / sum by (rank) (rate({W}{{{SOURCES},{WORKING}}}[5m])) * 100"#
+        );
+        let got = prom.by_label(&per_rank, "rank").unwrap();
+        assert_eq!(got.len(), truth.len(), "{per_rank}: {got:?}");
+        for t in truth {
+            let want = t.state_seconds(state) / t.working_seconds() * 100.0;
+            close(
+                &format!("rank {}: {per_rank}", t.rank),
+                got[&t.rank.to_string()],
+                want,
+                SHARE_TOLERANCE * 100.0,
+            );
+        }
+    }
+    for (rule, state) in [
+        ("higgsmeter:worker_gpu:ratio5m", "gpu"),
+        ("higgsmeter:worker_idle:ratio5m", "idle"),
+    ] {
+        let want = truth.iter().map(|t| t.state_seconds(state)).sum::<f64>() / working;
+        let got = prom.query(rule).unwrap();
+        assert_eq!(got.len(), 1, "{rule}: {got:?}");
+        assert_eq!(got[0].label("exported_job"), SERVICE_NAME);
+        close(rule, got[0].value, want, SHARE_TOLERANCE);
+    }
+    for (rule, state) in [
+        ("higgsmeter:rank_gpu:ratio5m", "gpu"),
+        ("higgsmeter:rank_idle:ratio5m", "idle"),
+    ] {
+        let got = prom.by_label(rule, "rank").unwrap();
+        assert_eq!(got.len(), truth.len(), "{rule}: {got:?}");
+        for t in truth {
+            let want = t.state_seconds(state) / t.working_seconds();
+            close(
+                &format!("{rule} rank {}", t.rank),
+                got[&t.rank.to_string()],
+                want,
+                SHARE_TOLERANCE,
+            );
+        }
+    }
+    // The workloads differ by more than the tolerance: a query mixing ranks would fail.
+    let idle: Vec<f64> = truth
+        .iter()
+        .map(|t| t.state_seconds("idle") / t.working_seconds())
+        .collect();
+    assert!(idle[3] > idle[0] + 0.5, "rank 3 is the straggler: {idle:?}");
+}
+
+/// The seed's "I/O operations breakdown", fleet and per rank, as shares of I/O time.
+fn check_io_breakdown(prom: &PromClient, truth: &[GroundTruth]) {
+    let fleet = format!(r#"sum by (operation) (rate({W}{{{FLEET},state="io"}}[5m]))"#);
+    let got = prom.by_label(&fleet, "operation").unwrap();
+    let io_total: f64 = got.values().sum();
+    let want_total: f64 = truth.iter().map(|t| t.state_seconds("io")).sum();
+    let ops: BTreeSet<&str> = WORKLOADS
+        .iter()
+        .flat_map(|w| {
+            w.cycle
+                .iter()
+                .filter(|p| p.state == "io")
+                .map(|p| p.operation)
+        })
+        .collect();
+    assert_eq!(got.keys().map(String::as_str).collect::<BTreeSet<_>>(), ops);
+    for op in &ops {
+        let want = truth.iter().map(|t| t.seconds("io", op)).sum::<f64>() / want_total;
+        close(
+            &format!("{fleet} [{op}] share"),
+            got[*op] / io_total,
+            want,
+            SHARE_TOLERANCE,
+        );
+    }
+
+    let per_rank = format!(r#"sum by (rank, operation) (rate({W}{{{SOURCES},state="io"}}[5m]))"#);
+    let samples = prom.query(&per_rank).unwrap();
+    assert_eq!(samples.len(), truth.len() * ops.len(), "{samples:?}");
+    for t in truth {
+        let rank = t.rank.to_string();
+        let mine: Vec<_> = samples.iter().filter(|s| s.label("rank") == rank).collect();
+        let total: f64 = mine.iter().map(|s| s.value).sum();
+        for s in mine {
+            let op = s.label("operation");
+            let want = t.seconds("io", op) / t.state_seconds("io");
+            close(
+                &format!("rank {rank} io share of {op}"),
+                s.value / total,
+                want,
+                SHARE_TOLERANCE,
+            );
+        }
+    }
+}
+
+/// The seed's "top 5 slowest operations": the same five (operation, state) pairs as
+/// the workers' own totals, in the same proportions.
+fn check_top5(prom: &PromClient, truth: &[GroundTruth]) {
+    let totals = fleet_totals(truth);
+    let mut ranked: Vec<_> = totals.iter().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(a.1));
+    assert!(
+        ranked[4].1 - ranked[5].1 > 1.0,
+        "the workloads must separate the fifth pair from the sixth: {ranked:?}"
+    );
+    let want: BTreeSet<_> = ranked[..5].iter().map(|(k, _)| (*k).clone()).collect();
+
+    let query = format!("topk(5, sum by (operation, state) (rate({W}{{{FLEET}}}[5m])))");
+    let got = prom.query(&query).unwrap();
+    let got_keys: BTreeSet<_> = got.iter().map(key).collect();
+    assert_eq!(got_keys, want, "{query}");
+    let top_want = *ranked[0].1;
+    let top_got = got.iter().map(|s| s.value).fold(f64::MIN, f64::max);
+    for s in &got {
+        close(
+            &format!("{query}: {:?} relative to the top", key(s)),
+            s.value / top_got,
+            totals[&key(s)] / top_want,
+            0.03,
+        );
+    }
+}
+
+/// `mstar_step_seconds` quantiles and `mstar_transfer_bytes_total`, recorded by the
+/// workers' engine recorders and aggregated by the collector.
+fn check_engine_families(prom: &PromClient, truth: &[GroundTruth]) {
+    let bounds = higgsmeter::catalog::MSTAR_STEP_SECONDS.buckets;
+    let bucket_of = |v: f64| -> (f64, f64) {
+        let i = bounds.iter().position(|&b| v <= b).unwrap();
+        (if i == 0 { 0.0 } else { bounds[i - 1] }, bounds[i])
+    };
+    let mut steps: Vec<f64> = truth.iter().flat_map(|t| t.steps.iter().copied()).collect();
+    steps.sort_by(f64::total_cmp);
+    assert!(steps.len() > 100, "{} steps", steps.len());
+    // Quantiles in the middle of one rank's block of steps (each rank's steps fall in
+    // one bucket of their own).
+    for q in [0.1, 0.4, 0.6, 0.9] {
+        let truth_q = steps[(q * steps.len() as f64) as usize];
+        let (lo, hi) = bucket_of(truth_q);
+        let query = format!(
+            "histogram_quantile({q}, sum by (le) (rate(mstar_step_seconds_bucket{{{FLEET}}}[5m])))"
+        );
+        let got = prom.scalar(&query).unwrap();
+        assert!(
+            lo <= got && got <= hi,
+            "{query} = {got}: the workers' {q} quantile {truth_q} is in ({lo}, {hi}]"
+        );
+    }
+    let per_rank = format!(
+        "histogram_quantile(0.5, sum by (rank, le) (rate(mstar_step_seconds_bucket{{{SOURCES}}}[5m])))"
+    );
+    let got = prom.by_label(&per_rank, "rank").unwrap();
+    for t in truth {
+        let mut mine = t.steps.clone();
+        mine.sort_by(f64::total_cmp);
+        let (lo, hi) = bucket_of(mine[mine.len() / 2]);
+        let v = got[&t.rank.to_string()];
+        assert!(
+            lo <= v && v <= hi,
+            "rank {}: {per_rank} = {v}, want in ({lo}, {hi}]",
+            t.rank
+        );
+    }
+    // Step counts: the fleet histogram's count is every step of every worker.
+    let count = prom
+        .scalar(&format!("sum(mstar_step_seconds_count{{{FLEET}}})"))
+        .unwrap();
+    assert_eq!(count, steps.len() as f64);
+
+    // Transfer bytes: exact totals, and the byte rate per working second.
+    let bytes: u64 = truth.iter().map(|t| t.transfer_bytes).sum();
+    let total = prom
+        .scalar(&format!("sum(mstar_transfer_bytes_total{{{FLEET}}})"))
+        .unwrap();
+    assert_eq!(total, bytes as f64);
+    let working: f64 = truth.iter().map(GroundTruth::working_seconds).sum();
+    let query = format!(
+        "sum(rate(mstar_transfer_bytes_total{{{FLEET}}}[5m])) / sum(rate({W}{{{FLEET},{WORKING}}}[5m]))"
+    );
+    let got = prom.scalar(&query).unwrap();
+    let want = bytes as f64 / working;
+    close(&query, got / want, 1.0, SHARE_TOLERANCE);
+    let per_rank = format!("sum by (rank) (rate(mstar_transfer_bytes_total{{{SOURCES}}}[5m]))");
+    let got = prom.by_label(&per_rank, "rank").unwrap();
+    let got_total: f64 = got.values().sum();
+    for t in truth {
+        close(
+            &format!("rank {} share of {per_rank}", t.rank),
+            got[&t.rank.to_string()] / got_total,
+            t.transfer_bytes as f64 / bytes as f64,
+            SHARE_TOLERANCE,
+        );
+    }
+}
+
+/// Every PromQL expression in the Grafana dashboard is accepted by this Prometheus;
+/// those over families the test produces (all but the NVML `hw_*` ones) return data.
+fn check_dashboard(prom: &PromClient) {
+    let path = repo_root().join("otel-config/grafana/higgsmeter.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let exprs = higgsmeter_e2e::dashboard_exprs(&dashboard);
+    assert!(
+        exprs.len() >= 10,
+        "{} expressions in {}",
+        exprs.len(),
+        path.display()
+    );
+    for (title, expr) in &exprs {
+        let query = higgsmeter_e2e::grafana_to_promql(expr);
+        let json = prom
+            .query_raw(&query)
+            .unwrap_or_else(|e| panic!("panel {title:?}: {e}"));
+        let empty = json["data"]["result"].as_array().is_some_and(Vec::is_empty);
+        // No GPU here: the NVML families (and the rules over them) stay empty.
+        if !query.contains("hw_") && !query.contains("higgsmeter:gpu_") {
+            assert!(!empty, "panel {title:?}: {query} returned nothing");
+        }
+    }
+}
