@@ -12,9 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use higgsmeter::catalog::{self, Family};
-use higgsmeter::{
-    ActivityLayer, EngineRecorders, ManualClock, Telemetry, Tracker, step_span, transfer_span,
-};
+use higgsmeter::{ActivityLayer, EngineRecorders, ManualClock, Tracker, step_span, transfer_span};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
@@ -150,12 +148,7 @@ fn a_simulated_step_loop_records_the_catalog_families_exactly() {
     let clock = ManualClock::new();
     let tracker = Tracker::with_clock(clock.clone());
     let exporter = InMemoryMetricExporter::default();
-    let telemetry = Telemetry::builder()
-        .with_env(false)
-        .with_subscriber(false)
-        .with_global_meter_provider(false)
-        .with_tracker(tracker.clone())
-        .with_periodic_exporter(exporter.clone(), Duration::from_secs(3600))
+    let telemetry = support::with_memory_exporter(&tracker, exporter.clone())
         .with_prometheus_addr("127.0.0.1:0".parse().unwrap())
         .init()
         .unwrap();

@@ -7,10 +7,8 @@
 
 mod support;
 
-use std::time::Duration;
-
+use higgsmeter::AppState;
 use higgsmeter::catalog::{WORKER_ACTIVITY_TIME, WORKER_CURRENT_STATE};
-use higgsmeter::{AppState, Telemetry};
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, Temporality};
 use support::{manual, ms};
@@ -69,12 +67,7 @@ fn seconds(v: &[(String, String, f64)], state: &str, op: &str) -> f64 {
 fn exports_taken_mid_state_show_live_time_and_never_decrease() {
     let (tracker, clock, dispatch) = manual();
     let exporter = InMemoryMetricExporter::default();
-    let telemetry = Telemetry::builder()
-        .with_env(false)
-        .with_subscriber(false)
-        .with_global_meter_provider(false)
-        .with_tracker(tracker.clone())
-        .with_periodic_exporter(exporter.clone(), Duration::from_secs(3600))
+    let telemetry = support::with_memory_exporter(&tracker, exporter.clone())
         .init()
         .unwrap();
     tracing::dispatcher::with_default(&dispatch, || {
@@ -120,12 +113,7 @@ fn delta_temporality_exports_increments_that_add_up() {
     let exporter = opentelemetry_sdk::metrics::InMemoryMetricExporterBuilder::new()
         .with_temporality(Temporality::Delta)
         .build();
-    let telemetry = Telemetry::builder()
-        .with_env(false)
-        .with_subscriber(false)
-        .with_global_meter_provider(false)
-        .with_tracker(tracker.clone())
-        .with_periodic_exporter(exporter.clone(), Duration::from_secs(3600))
+    let telemetry = support::with_memory_exporter(&tracker, exporter.clone())
         .init()
         .unwrap();
     let mut sum = 0.0;
@@ -154,12 +142,7 @@ fn delta_temporality_exports_increments_that_add_up() {
 fn every_state_code_is_the_seeds() {
     let (tracker, _clock, dispatch) = manual();
     let exporter = InMemoryMetricExporter::default();
-    let telemetry = Telemetry::builder()
-        .with_env(false)
-        .with_subscriber(false)
-        .with_global_meter_provider(false)
-        .with_tracker(tracker.clone())
-        .with_periodic_exporter(exporter.clone(), Duration::from_secs(3600))
+    let telemetry = support::with_memory_exporter(&tracker, exporter.clone())
         .init()
         .unwrap();
     let expected = [

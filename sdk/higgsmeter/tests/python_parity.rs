@@ -13,7 +13,7 @@ mod support;
 use std::time::Duration;
 
 use higgsmeter::catalog::{WORKER_ACTIVITY_TIME, WORKER_CURRENT_STATE};
-use higgsmeter::{AppState, ManualClock, Telemetry, Tracker};
+use higgsmeter::{AppState, ManualClock, Tracker};
 use support::{
     ExpoFamily, http_get, ms, parse_exposition, promtool_check_metrics, python, repo_root,
 };
@@ -36,11 +36,7 @@ fn python_exposition() -> String {
 fn rust_exposition() -> String {
     let clock = ManualClock::new();
     let tracker = Tracker::with_clock(clock.clone());
-    let telemetry = Telemetry::builder()
-        .with_env(false)
-        .with_subscriber(false)
-        .with_global_meter_provider(false)
-        .with_tracker(tracker.clone())
+    let telemetry = support::isolated(&tracker)
         .with_prometheus_addr("127.0.0.1:0".parse().unwrap())
         .init()
         .expect("init");
@@ -146,11 +142,7 @@ fn the_seed_quick_start_matches_the_python_higgsmeter() {
 #[test]
 fn a_taken_port_is_a_clear_error() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let err = Telemetry::builder()
-        .with_env(false)
-        .with_subscriber(false)
-        .with_global_meter_provider(false)
-        .with_tracker(Tracker::new())
+    let err = support::isolated(&Tracker::new())
         .with_prometheus_addr(taken.local_addr().unwrap())
         .init()
         .unwrap_err()

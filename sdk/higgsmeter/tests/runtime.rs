@@ -18,11 +18,7 @@ fn closed_port() -> u16 {
 }
 
 fn build(protocol: Protocol, tracker: &Tracker) -> Telemetry {
-    Telemetry::builder()
-        .with_env(false)
-        .with_subscriber(false)
-        .with_global_meter_provider(false)
-        .with_tracker(tracker.clone())
+    support::isolated(tracker)
         .with_otlp_endpoint(format!("http://127.0.0.1:{}", closed_port()))
         .with_otlp_protocol(protocol)
         .with_export_interval(Duration::from_millis(100))
@@ -73,11 +69,7 @@ fn inside_a_tokio_runtime_with_the_collector_down() {
 
 #[test]
 fn bad_settings_are_clear_errors() {
-    let err = Telemetry::builder()
-        .with_env(false)
-        .with_subscriber(false)
-        .with_global_meter_provider(false)
-        .with_tracker(Tracker::new())
+    let err = support::isolated(&Tracker::new())
         .with_otlp_endpoint("not a url")
         .with_otlp_protocol(Protocol::Grpc)
         .init()

@@ -221,3 +221,21 @@ pub fn promtool_check_metrics(exposition: &str) {
         out.status
     );
 }
+
+/// A builder for tests: no environment, no global subscriber or meter provider,
+/// accounting `tracker`.
+pub fn isolated(tracker: &Tracker) -> higgsmeter::TelemetryBuilder {
+    higgsmeter::Telemetry::builder()
+        .with_env(false)
+        .with_subscriber(false)
+        .with_global_meter_provider(false)
+        .with_tracker(tracker.clone())
+}
+
+/// [`isolated`] with an in-memory exporter that exports only when flushed.
+pub fn with_memory_exporter<E: opentelemetry_sdk::metrics::exporter::PushMetricExporter>(
+    tracker: &Tracker,
+    exporter: E,
+) -> higgsmeter::TelemetryBuilder {
+    isolated(tracker).with_periodic_exporter(exporter, Duration::from_secs(3600))
+}
