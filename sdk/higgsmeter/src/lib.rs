@@ -41,6 +41,18 @@
 //! awaits included. To cover a future from its creation instead, instrument it with
 //! [`Tracker::span`].
 //!
+//! # Engine steps, transfers and GPUs
+//!
+//! The serving engine's catalog families (`mstar_*`, exact names, help, labels and
+//! buckets from `higgsmeter-catalog`) are recorded by spans the same layer accounts —
+//! [`step_span`] (into `mstar_step_seconds` and `mstar_batch_size` when it closes) and
+//! [`transfer_span`] (into `mstar_transfer_seconds`, `mstar_transfers_total`,
+//! `mstar_transfer_bytes_total`) — and by typed recorders from [`EngineRecorders`] (KV
+//! pages, prefix cache, pending steps, the conductor's gauges), whose labels are checked
+//! against the catalog when they are made. With the `nvml` feature, [`init()`] also
+//! starts the in-process NVML GPU meter (`higgsmeter-nvml`): GPU gauges, session
+//! counters and GPU-active seconds split by the worker's state.
+//!
 //! # Feature flags
 //!
 //! | feature | default | what it adds |
