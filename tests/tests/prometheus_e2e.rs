@@ -36,6 +36,8 @@ use higgsmeter_e2e::{
 
 const W: &str = "worker_activity_time_seconds_total";
 const FLEET: &str = r#"job="higgsmeter""#;
+/// [`FLEET`] as the first matcher of a longer list.
+const FLEET_MATCHER: &str = r#"job="higgsmeter","#;
 const SOURCES: &str = r#"job="higgsmeter_sources""#;
 const WORKING: &str = r#"state!~"startup|warmup|shutdown""#;
 /// Shares (0..1) are checked within this much.
@@ -91,6 +93,15 @@ fn prometheus_config(target: SocketAddr) -> String {
         config = config.replace(from, &to);
     }
     config
+}
+
+/// A Prometheus config with a single job scraping the collector's fleet view.
+fn fleet_only_config(target: SocketAddr) -> String {
+    format!(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
+         scrape_configs:\n  - job_name: workers\n    metrics_path: /metrics\n\
+         \x20   static_configs:\n      - targets: [\"{target}\"]\n"
+    )
 }
 
 struct Worker {
@@ -176,19 +187,27 @@ fn seed_queries_rules_and_dashboard_against_real_prometheus() {
     )
     .unwrap();
     let prom = prometheus.client();
-    eprintln!("prometheus at {}", prom.addr);
+    // A second server scraping only the fleet view, under a job name of its own, the
+    // way the Python higgsmeter's users scraped their one endpoint: the seed's queries
+    // run there exactly as printed.
+    let mut seed_prometheus = Prometheus::start(
+        &tmp.0.join("prometheus-seed"),
+        &fleet_only_config(collector.prometheus),
+    )
+    .unwrap();
+    let seed = seed_prometheus.client();
 
     // Prometheus scrapes its first targets only after its discovery settles (about
     // 5 s): wait for a scrape of both views before any worker starts, so every series
     // is seen from its first instant.
-    eventually(120, || {
-        let up = prom
-            .by_label(r#"up{job=~"higgsmeter|higgsmeter_sources"}"#, "job")
-            .map_err(|e| e.to_string())?;
-        (up.len() == 2 && up.values().all(|&v| v == 1.0))
-            .then_some(())
-            .ok_or(format!("up: {up:?}"))
-    });
+    for (client, jobs) in [(&prom, 2), (&seed, 1)] {
+        eventually(120, || {
+            let up = client.by_label("up", "job").map_err(|e| e.to_string())?;
+            (up.len() == jobs && up.values().all(|&v| v == 1.0))
+                .then_some(())
+                .ok_or(format!("up: {up:?}"))
+        });
+    }
 
     let endpoint = format!("http://{}", collector.grpc);
     let mut workers: Vec<Worker> = (0..WORKLOADS.len())
@@ -203,6 +222,7 @@ fn seed_queries_rules_and_dashboard_against_real_prometheus() {
 
     // Every worker now holds one known (state, operation) until released.
     check_current_state(&prom);
+    check_current_state_as_printed(&seed);
     // With every source live, every panel of the dashboard has data.
     check_dashboard(&prom);
 
@@ -229,28 +249,40 @@ fn seed_queries_rules_and_dashboard_against_real_prometheus() {
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();
-    eventually(40, || {
-        let scraped = prom
-            .scalar(r#"min(timestamp(up{job=~"higgsmeter|higgsmeter_sources"}))"#)
-            .map_err(|e| e.to_string())?;
-        (scraped > exited + 0.2).then_some(()).ok_or(format!(
-            "last scrape at {scraped}, workers exited at {exited}"
-        ))
-    });
+    for client in [&prom, &seed] {
+        eventually(40, || {
+            let scraped = client
+                .scalar("min(timestamp(up))")
+                .map_err(|e| e.to_string())?;
+            (scraped > exited + 0.2).then_some(()).ok_or(format!(
+                "last scrape at {scraped}, workers exited at {exited}"
+            ))
+        });
+    }
     // And the rules have been evaluated on it.
     std::thread::sleep(Duration::from_millis(1500));
 
     check_totals(&prom, &truth);
     check_seed_queries_as_printed(&prom);
+    check_seed_queries_as_printed(&seed);
     check_utilisation_and_idle(&prom, &truth);
-    check_io_breakdown(&prom, &truth);
-    check_top5(&prom, &truth);
+    check_corrected_on_fleet_only(&seed, &truth);
+    check_io_breakdown(&prom, FLEET_MATCHER, &truth);
+    check_io_breakdown(&seed, "", &truth);
+    check_io_breakdown_per_rank(&prom, &truth);
+    check_top5(&prom, FLEET_MATCHER, &truth);
+    check_top5(&seed, "", &truth);
     check_engine_families(&prom, &truth);
 
     assert!(
         prometheus.is_running(),
         "prometheus died:\n{}",
         prometheus.log()
+    );
+    assert!(
+        seed_prometheus.is_running(),
+        "prometheus died:\n{}",
+        seed_prometheus.log()
     );
     drop(collector);
 }
@@ -317,6 +349,24 @@ fn check_current_state(prom: &PromClient) {
         (got == want)
             .then_some(())
             .ok_or(format!("straggler rule: {got:?}, want {want:?}"))
+    });
+}
+
+/// The seed's "current state" query exactly as printed, on the fleet-only server: one
+/// series per rank (the fleet view keeps this gauge per source), each the held state.
+fn check_current_state_as_printed(prom: &PromClient) {
+    let expected: BTreeMap<String, f64> = WORKLOADS
+        .iter()
+        .enumerate()
+        .map(|(rank, w)| (rank.to_string(), code(w.hold.0)))
+        .collect();
+    eventually(60, || {
+        let got = prom
+            .by_label("worker_current_state", "rank")
+            .map_err(|e| e.to_string())?;
+        (got == expected)
+            .then_some(())
+            .ok_or(format!("worker_current_state: {got:?}, want {expected:?}"))
     });
 }
 
@@ -444,9 +494,28 @@ fn check_utilisation_and_idle(prom: &PromClient, truth: &[GroundTruth]) {
     assert!(idle[3] > idle[0] + 0.5, "rank 3 is the straggler: {idle:?}");
 }
 
-/// The seed's "I/O operations breakdown", fleet and per rank, as shares of I/O time.
-fn check_io_breakdown(prom: &PromClient, truth: &[GroundTruth]) {
-    let fleet = format!(r#"sum by (operation) (rate({W}{{{FLEET},state="io"}}[5m]))"#);
+/// The corrected GPU-utilisation and idle queries as OPERATIONS.md gives them for a
+/// Prometheus that scrapes only the fleet view (no `job` matcher needed).
+fn check_corrected_on_fleet_only(prom: &PromClient, truth: &[GroundTruth]) {
+    let working: f64 = truth.iter().map(GroundTruth::working_seconds).sum();
+    for state in ["gpu", "idle"] {
+        let want = truth.iter().map(|t| t.state_seconds(state)).sum::<f64>() / working;
+        let query = format!(
+            r#"sum(rate({W}{{state="{state}"}}[5m])) / sum(rate({W}{{{WORKING}}}[5m])) * 100"#
+        );
+        close(
+            &query,
+            prom.scalar(&query).unwrap(),
+            want * 100.0,
+            SHARE_TOLERANCE * 100.0,
+        );
+    }
+}
+
+/// The seed's "I/O operations breakdown" against the fleet view (`fleet`: the matcher
+/// that picks it, `""` on the fleet-only server), as shares of I/O time.
+fn check_io_breakdown(prom: &PromClient, fleet: &str, truth: &[GroundTruth]) {
+    let fleet = format!(r#"sum by (operation) (rate({W}{{{fleet}state="io"}}[5m]))"#);
     let got = prom.by_label(&fleet, "operation").unwrap();
     let io_total: f64 = got.values().sum();
     let want_total: f64 = truth.iter().map(|t| t.state_seconds("io")).sum();
@@ -469,6 +538,19 @@ fn check_io_breakdown(prom: &PromClient, truth: &[GroundTruth]) {
             SHARE_TOLERANCE,
         );
     }
+}
+
+/// The I/O breakdown per rank, from the per-source view.
+fn check_io_breakdown_per_rank(prom: &PromClient, truth: &[GroundTruth]) {
+    let ops: BTreeSet<&str> = WORKLOADS
+        .iter()
+        .flat_map(|w| {
+            w.cycle
+                .iter()
+                .filter(|p| p.state == "io")
+                .map(|p| p.operation)
+        })
+        .collect();
 
     let per_rank = format!(r#"sum by (rank, operation) (rate({W}{{{SOURCES},state="io"}}[5m]))"#);
     let samples = prom.query(&per_rank).unwrap();
@@ -492,7 +574,7 @@ fn check_io_breakdown(prom: &PromClient, truth: &[GroundTruth]) {
 
 /// The seed's "top 5 slowest operations": the same five (operation, state) pairs as
 /// the workers' own totals, in the same proportions.
-fn check_top5(prom: &PromClient, truth: &[GroundTruth]) {
+fn check_top5(prom: &PromClient, fleet: &str, truth: &[GroundTruth]) {
     let totals = fleet_totals(truth);
     let mut ranked: Vec<_> = totals.iter().collect();
     ranked.sort_by(|a, b| b.1.total_cmp(a.1));
@@ -502,7 +584,11 @@ fn check_top5(prom: &PromClient, truth: &[GroundTruth]) {
     );
     let want: BTreeSet<_> = ranked[..5].iter().map(|(k, _)| (*k).clone()).collect();
 
-    let query = format!("topk(5, sum by (operation, state) (rate({W}{{{FLEET}}}[5m])))");
+    let selector = match fleet.trim_end_matches(',') {
+        "" => W.to_owned(),
+        matchers => format!("{W}{{{matchers}}}"),
+    };
+    let query = format!("topk(5, sum by (operation, state) (rate({selector}[5m])))");
     let got = prom.query(&query).unwrap();
     let got_keys: BTreeSet<_> = got.iter().map(key).collect();
     assert_eq!(got_keys, want, "{query}");
