@@ -213,6 +213,12 @@ impl Aggregator {
         render::render(&store, view, now, &self.stats)
     }
 
+    /// Renders a view as OpenMetrics 1.0 text (what a scraper asking for
+    /// `application/openmetrics-text` gets).
+    pub fn render_openmetrics(&self, view: View) -> String {
+        render::to_openmetrics(&self.render(view))
+    }
+
     /// The OTLP export of the fleet view (and of every live source's series when
     /// `include_sources`), with the number of points it carries.
     pub(crate) fn export_request(

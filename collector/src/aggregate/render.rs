@@ -348,3 +348,74 @@ fn target_info(store: &Store, now: u64, out: &mut String) {
         sample(out, TARGET_INFO, "", labels, None, 1.0);
     }
 }
+
+/// Rewrites text exposition 0.0.4 as OpenMetrics 1.0: counter families are named
+/// without `_total` (their samples with it), `target_info` is an `info` family, `"` is
+/// escaped in HELP, and the text ends with `# EOF`.
+pub(crate) fn to_openmetrics(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 64);
+    let mut pending_help: Option<(&str, &str)> = None;
+    // The current counter family: (name as in the text, OpenMetrics family name).
+    let mut counter: Option<(&str, &str)> = None;
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            pending_help = Some((name, help));
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
+            let (family, kind) = match kind {
+                "counter" => {
+                    let family = name.strip_suffix("_total").unwrap_or(name);
+                    counter = Some((name, family));
+                    (family, kind)
+                }
+                _ if name == TARGET_INFO => {
+                    counter = None;
+                    ("target", "info")
+                }
+                _ => {
+                    counter = None;
+                    (name, kind)
+                }
+            };
+            if let Some((help_name, help)) = pending_help.take()
+                && help_name == name
+            {
+                out.push_str("# HELP ");
+                out.push_str(family);
+                out.push(' ');
+                for c in help.chars() {
+                    if c == '"' {
+                        out.push('\\');
+                    }
+                    out.push(c);
+                }
+                out.push('\n');
+            }
+            out.push_str("# TYPE ");
+            out.push_str(family);
+            out.push(' ');
+            out.push_str(kind);
+            out.push('\n');
+            continue;
+        }
+        match counter {
+            Some((name, family)) if !name.ends_with("_total") => {
+                if let Some(rest) = line.strip_prefix(name) {
+                    out.push_str(family);
+                    out.push_str("_total");
+                    out.push_str(rest);
+                    out.push('\n');
+                    continue;
+                }
+                out.push_str(line);
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out.push_str("# EOF\n");
+    out
+}

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -16,20 +16,33 @@ use crate::aggregate::{Aggregator, View};
 /// The text exposition format's content type.
 pub(crate) const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-fn exposition(text: String) -> Response {
+/// OpenMetrics' content type, served when the scraper's `Accept` asks for it.
+pub(crate) const OPENMETRICS_FORMAT: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+fn exposition(aggregator: &Aggregator, view: View, headers: &HeaderMap) -> Response {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let (content_type, text) = if accept.contains("application/openmetrics-text") {
+        (OPENMETRICS_FORMAT, aggregator.render_openmetrics(view))
+    } else {
+        (TEXT_FORMAT, aggregator.render(view))
+    };
     (
-        [(header::CONTENT_TYPE, HeaderValue::from_static(TEXT_FORMAT))],
+        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
         text,
     )
         .into_response()
 }
 
-async fn fleet(State(aggregator): State<Arc<Aggregator>>) -> Response {
-    exposition(aggregator.render(View::Fleet))
+async fn fleet(State(aggregator): State<Arc<Aggregator>>, headers: HeaderMap) -> Response {
+    exposition(&aggregator, View::Fleet, &headers)
 }
 
-async fn sources(State(aggregator): State<Arc<Aggregator>>) -> Response {
-    exposition(aggregator.render(View::Sources))
+async fn sources(State(aggregator): State<Arc<Aggregator>>, headers: HeaderMap) -> Response {
+    exposition(&aggregator, View::Sources, &headers)
 }
 
 async fn healthz() -> &'static str {
