@@ -509,6 +509,16 @@ fn check_corrected_on_fleet_only(prom: &PromClient, truth: &[GroundTruth]) {
             want * 100.0,
             SHARE_TOLERANCE * 100.0,
         );
+        // The seed's shape, told which label to ignore.
+        let query = format!(
+            r#"sum by (state) (rate({W}{{state="{state}"}}[5m])) / ignoring (state) sum(rate({W}{{{WORKING}}}[5m])) * 100"#
+        );
+        close(
+            &query,
+            prom.scalar(&query).unwrap(),
+            want * 100.0,
+            SHARE_TOLERANCE * 100.0,
+        );
     }
 }
 
