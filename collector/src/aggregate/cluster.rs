@@ -242,12 +242,8 @@ impl ClusterHistory {
     /// window and the rings of sources no longer live).
     pub(crate) fn record(&mut self, reading: &ClusterReading) {
         let now = reading.now;
-        self.rings.retain(|key, _| {
-            reading
-                .sources
-                .iter()
-                .any(|s| s.live && s.key == *key)
-        });
+        self.rings
+            .retain(|key, _| reading.sources.iter().any(|s| s.live && s.key == *key));
         for s in reading.sources.iter().filter(|s| s.live) {
             let ring = self.rings.entry(s.key.clone()).or_default();
             // A restart (a counter went down) starts the ring over.
@@ -280,7 +276,8 @@ impl ClusterHistory {
         }
     }
 
-    /// Samples held, over all sources (for tests and bounds).
+    /// Samples held, over all sources.
+    #[cfg(test)]
     pub(crate) fn samples_held(&self) -> usize {
         self.rings.values().map(VecDeque::len).sum()
     }
@@ -359,15 +356,13 @@ fn add_into(into: &mut Vec<(String, f64)>, pairs: &[(String, f64)], weight: f64)
     }
 }
 
-/// The `/api/cluster` document for `reading`, with last-minute shares from `history`.
+/// The `/api/cluster` document for `reading`, with last-minute shares from `history`
+/// (`uptime_s` is the collector's, the clock `reading.now` runs on).
 ///
 /// `sources` lists every source the collector still holds (live ones and stale ones
 /// not yet forgotten, with `live: false`); `fleet` sums over live sources.
-pub(crate) fn cluster_json(
-    reading: &ClusterReading,
-    history: &ClusterHistory,
-    uptime_s: f64,
-) -> Json {
+pub(crate) fn cluster_json(reading: &ClusterReading, history: &ClusterHistory) -> Json {
+    let uptime_s = reading.now as f64 / NANOS;
     let mut states: Vec<String> = STATE_ORDER.iter().map(|s| (*s).to_owned()).collect();
     let mut sources = Vec::with_capacity(reading.sources.len());
     let mut fleet_seconds: Vec<(String, f64)> = Vec::new();
@@ -454,8 +449,8 @@ mod tests {
     use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
     use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
     use opentelemetry_proto::tonic::metrics::v1::{
-        AggregationTemporality, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics,
-        Sum, metric::Data, number_data_point,
+        AggregationTemporality, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+        metric::Data, number_data_point,
     };
     use opentelemetry_proto::tonic::resource::v1::Resource;
 
@@ -471,6 +466,7 @@ mod tests {
             value: Some(AnyValue {
                 value: Some(any_value::Value::StringValue(v.into())),
             }),
+            ..Default::default()
         }
     }
 
@@ -485,7 +481,12 @@ mod tests {
     }
 
     /// One rank's push: seconds per state, the current state code, GPU readings.
-    fn push(rank: &str, seconds: &[(&str, f64)], code: f64, gpus: &[f64]) -> ExportMetricsServiceRequest {
+    fn push(
+        rank: &str,
+        seconds: &[(&str, f64)],
+        code: f64,
+        gpus: &[f64],
+    ) -> ExportMetricsServiceRequest {
         let activity = Metric {
             name: "worker_activity_time_seconds_total".into(),
             unit: "s".into(),
@@ -575,12 +576,24 @@ mod tests {
             &pairs(&[("gpu", 40.0), ("io", 15.0), ("idle", 20.0)]),
         )
         .unwrap();
-        assert_eq!(share, pairs(&[("gpu", 0.5), ("io", 1.0 / 6.0), ("idle", 1.0 / 3.0)]));
+        assert_eq!(
+            share,
+            pairs(&[("gpu", 0.5), ("io", 1.0 / 6.0), ("idle", 1.0 / 3.0)])
+        );
         // A counter that went down, or a state that vanished, is a restart: no share.
-        assert_eq!(share_between(&pairs(&[("gpu", 10.0)]), &pairs(&[("gpu", 5.0)])), None);
-        assert_eq!(share_between(&pairs(&[("io", 1.0)]), &pairs(&[("gpu", 5.0)])), None);
+        assert_eq!(
+            share_between(&pairs(&[("gpu", 10.0)]), &pairs(&[("gpu", 5.0)])),
+            None
+        );
+        assert_eq!(
+            share_between(&pairs(&[("io", 1.0)]), &pairs(&[("gpu", 5.0)])),
+            None
+        );
         // Nothing grew: no share (not a division by zero).
-        assert_eq!(share_between(&pairs(&[("gpu", 1.0)]), &pairs(&[("gpu", 1.0)])), None);
+        assert_eq!(
+            share_between(&pairs(&[("gpu", 1.0)]), &pairs(&[("gpu", 1.0)])),
+            None
+        );
         assert_eq!(share_between(&[], &pairs(&[("gpu", f64::NAN)])), None);
     }
 
@@ -625,7 +638,11 @@ mod tests {
             h.record(&reading(i * S / 10, &[("gpu", i as f64 / 10.0)]));
         }
         assert!(h.samples_held() <= RING_CAPACITY, "{}", h.samples_held());
-        assert!(h.samples_held() >= (WINDOW / S) as usize, "{}", h.samples_held());
+        assert!(
+            h.samples_held() >= (WINDOW / S) as usize,
+            "{}",
+            h.samples_held()
+        );
         // A source that goes stale loses its ring.
         let mut stale = reading(2000 * S, &[("gpu", 1000.0)]);
         stale.sources[0].live = false;
@@ -651,11 +668,18 @@ mod tests {
     #[test]
     fn reading_and_json_from_ingested_pushes() {
         let agg = aggregator();
-        agg.ingest(&push("1", &[("io", 2.0), ("gpu", 6.0)], 3.0, &[0.5, 0.7]), Transport::Grpc);
+        agg.ingest(
+            &push("1", &[("io", 2.0), ("gpu", 6.0)], 3.0, &[0.5, 0.7]),
+            Transport::Grpc,
+        );
         agg.ingest(&push("0", &[("idle", 4.0)], 0.0, &[]), Transport::Grpc);
         agg.ingest(&push("10", &[("cpu", 1.0)], 2.0, &[]), Transport::Grpc);
         let r = agg.cluster_reading();
-        let ranks: Vec<_> = r.sources.iter().map(|s| s.rank.as_deref().unwrap()).collect();
+        let ranks: Vec<_> = r
+            .sources
+            .iter()
+            .map(|s| s.rank.as_deref().unwrap())
+            .collect();
         assert_eq!(ranks, ["0", "1", "10"], "numeric rank order");
         let one = &r.sources[1];
         assert_eq!(one.state_code, Some(3));
@@ -665,12 +689,15 @@ mod tests {
         assert!(one.live);
 
         let mut h = ClusterHistory::default();
-        // A baseline one minute earlier for rank 1, as if sampled then.
+        // A baseline 10 s before `r`, as if sampled then.
         let mut base = r.clone();
-        base.now = r.now.saturating_sub(10 * S);
+        let r = ClusterReading {
+            now: r.now + 10 * S,
+            ..r
+        };
         base.sources[1].seconds_by_state = pairs(&[("io", 1.0), ("gpu", 2.0)]);
         h.record(&base);
-        let json = cluster_json(&r, &h, 12.5);
+        let json = cluster_json(&r, &h);
         let s1 = &json["sources"][1];
         assert_eq!(s1["rank"], "1");
         assert_eq!(s1["service.name"], "trainer");
@@ -698,9 +725,10 @@ mod tests {
         assert_eq!(fleet["in_state"]["cpu"], 1);
         assert_eq!(fleet["seconds_by_state"]["gpu"], 6.0);
         assert_eq!(fleet["seconds_by_state"]["idle"], 4.0);
-        assert_eq!(fleet["share_last_minute"]["gpu"], 0.8);
+        assert!((fleet["share_last_minute"]["gpu"].as_f64().unwrap() - 0.8).abs() < 1e-12);
+        assert_eq!(s1["last_minute_s"], 10.0);
         assert!((fleet["gpu_utilization_mean"].as_f64().unwrap() - 0.6).abs() < 1e-12);
-        assert_eq!(json["uptime_s"], 12.5);
+        assert_eq!(json["uptime_s"].as_f64().unwrap(), r.now as f64 / 1e9);
         assert_eq!(json["states"][0], "gpu");
     }
 
@@ -709,11 +737,10 @@ mod tests {
         let agg = aggregator();
         agg.ingest(&push("x", &[("gpu", 1.0)], 42.0, &[]), Transport::Http);
         let r = agg.cluster_reading();
-        let json = cluster_json(&r, &ClusterHistory::default(), f64::NAN);
+        let json = cluster_json(&r, &ClusterHistory::default());
         assert_eq!(json["sources"][0]["state"], Json::Null);
         assert_eq!(json["sources"][0]["state_code"], 42);
         assert_eq!(json["fleet"]["in_state"]["unknown"], 1);
-        assert_eq!(json["uptime_s"], Json::Null);
         assert!(serde_json::to_string(&json).is_ok());
     }
 }

@@ -8,6 +8,7 @@
 //! only. Gauges are combined over live sources when rendered (sum, max, min, last) or
 //! kept per source.
 
+pub(crate) mod cluster;
 mod config;
 mod naming;
 mod render;

@@ -1,4 +1,5 @@
 //! Exporters: the Prometheus endpoint (both views) and OTLP push to an upstream.
 
+pub(crate) mod cluster;
 pub(crate) mod otlp;
 pub(crate) mod prometheus;

@@ -59,7 +59,8 @@ pub(crate) async fn serve(
     let mut app = Router::new()
         .route("/metrics", get(fleet))
         .route("/healthz", get(healthz))
-        .route("/readyz", get(healthz));
+        .route("/readyz", get(healthz))
+        .merge(super::cluster::routes(aggregator.clone(), cancel.clone()));
     if sources_view {
         app = app.route("/metrics/sources", get(sources));
     }

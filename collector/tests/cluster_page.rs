@@ -1,0 +1,467 @@
+//! The cluster view (`GET /` and `GET /api/cluster`) in a real headless browser: the
+//! real collector binary, real SDK workers pushing OTLP/gRPC (two of the demo's
+//! `demo-worker` ranks, two workers of this test binary that hold one state each), and
+//! Debian's `chromium` loading the page, dumping its DOM and writing a screenshot.
+#![allow(clippy::unwrap_used, reason = "test code")]
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{CollectorProcess, Sample, temp_dir, wait_for_or};
+
+/// Environment variable that turns this test binary into a fixed-state worker:
+/// `RANK STATE ENDPOINT`.
+const WORKER_ENV: &str = "HIGGSMETER_CLUSTER_PAGE_WORKER";
+
+/// Ranks of the demo workers and of the fixed-state workers (with their state).
+const DEMO_RANKS: [u32; 2] = [0, 1];
+const FIXED: [(u32, &str); 2] = [(2, "gpu"), (3, "io")];
+
+/// States a `demo-worker` can report (it warms up, then loops over these).
+const DEMO_STATES: [&str; 6] = ["startup", "warmup", "gpu", "io", "cpu", "idle"];
+
+/// A child process killed (and reaped) on drop, also when the test panics.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Not a test of its own: the process [`cluster_page_in_a_headless_browser`] starts
+/// (this binary, run with `--ignored --exact fixed_state_worker` and [`WORKER_ENV`]).
+/// It holds one state, pushing every 200 ms, until stdin closes or two minutes pass.
+#[test]
+#[ignore = "a worker process started by cluster_page_in_a_headless_browser"]
+fn fixed_state_worker() {
+    let Ok(spec) = std::env::var(WORKER_ENV) else {
+        eprintln!("{WORKER_ENV} is not set: nothing to do (a helper process, not a test)");
+        return;
+    };
+    let mut parts = spec.split_whitespace();
+    let rank: i64 = parts.next().unwrap().parse().unwrap();
+    let state = higgsmeter::AppState::parse(parts.next().unwrap()).unwrap();
+    let endpoint = parts.next().unwrap().to_owned();
+    let telemetry = higgsmeter::Telemetry::builder()
+        .with_env(false)
+        .with_service_name("fixed-worker")
+        .with_otlp_endpoint(endpoint)
+        .with_otlp_protocol(higgsmeter::Protocol::Grpc)
+        .with_export_interval(Duration::from_millis(200))
+        .with_resource_attribute("rank", rank)
+        .init()
+        .unwrap();
+    telemetry.tracker().set_state(state, "hold");
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        let _ = tx.send(());
+    });
+    let _ = rx.recv_timeout(Duration::from_secs(120));
+    drop(telemetry);
+}
+
+fn fixed_worker(rank: u32, state: &str, endpoint: &str) -> Killed {
+    let exe = std::env::current_exe().unwrap();
+    let child = Command::new(exe)
+        .args(["--ignored", "--exact", "fixed_state_worker", "--nocapture"])
+        .env(WORKER_ENV, format!("{rank} {state} {endpoint}"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start a fixed-state worker (this test binary)");
+    Killed(child)
+}
+
+fn demo_worker(rank: u32, endpoint: &str) -> Killed {
+    let child = Command::new(support::collector_bin())
+        .args([
+            "demo-worker",
+            "--rank",
+            &rank.to_string(),
+            "--world-size",
+            "4",
+        ])
+        .args(["--endpoint", endpoint, "--interval-ms", "200"])
+        .args(["--exit-on-stdin-eof"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start a demo worker");
+    Killed(child)
+}
+
+/// `chromium`, or a failure that says how to install it.
+fn chromium() -> &'static str {
+    let ok = Command::new("chromium")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "Debian `chromium` is not installed (the cluster page is tested in a real headless \
+         browser): run `bash .ci/setup`"
+    );
+    "chromium"
+}
+
+/// Runs headless chromium on `url` with `extra` flags (a fresh profile each time),
+/// killed if it runs past a generous bound.
+fn run_chromium(url: &str, extra: &[&str]) -> Output {
+    let profile = temp_dir("chromium-profile");
+    let mut child = Killed(
+        Command::new(chromium())
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .args(extra)
+            .arg(url)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start chromium"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if child.0.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "chromium did not finish in 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Exited: collect its output (the pipes are at EOF).
+    let Killed(c) = &mut child;
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    if let Some(mut o) = c.stdout.take() {
+        std::io::Read::read_to_end(&mut o, &mut stdout).unwrap();
+    }
+    if let Some(mut e) = c.stderr.take() {
+        std::io::Read::read_to_end(&mut e, &mut stderr).unwrap();
+    }
+    let status = c.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&profile);
+    Output {
+        status,
+        stdout,
+        stderr,
+    }
+}
+
+/// The DOM after the page ran for `budget_ms` of virtual time.
+fn dump_dom(url: &str, budget_ms: u32) -> String {
+    let out = run_chromium(
+        url,
+        &[&format!("--virtual-time-budget={budget_ms}"), "--dump-dom"],
+    );
+    assert!(
+        out.status.success(),
+        "chromium --dump-dom failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The attributes of every start tag in `html` that contains `marker`.
+fn tags_with(html: &str, marker: &str) -> Vec<BTreeMap<String, String>> {
+    let mut out = Vec::new();
+    let mut rest = html;
+    while let Some(i) = rest.find(marker) {
+        let start = rest[..i].rfind('<').unwrap();
+        let end = i + rest[i..].find('>').unwrap();
+        let tag = &rest[start..end];
+        let mut attrs = BTreeMap::new();
+        let mut t = tag;
+        while let Some(eq) = t.find("=\"") {
+            let name = t[..eq].rsplit(' ').next().unwrap().to_owned();
+            let value_end = eq + 2 + t[eq + 2..].find('"').unwrap();
+            attrs.insert(name, t[eq + 2..value_end].to_owned());
+            t = &t[value_end + 1..];
+        }
+        out.push(attrs);
+        rest = &rest[end..];
+    }
+    out
+}
+
+/// What the page shows: per rank its row's attributes, and the status line's.
+struct Shown {
+    rows: BTreeMap<String, BTreeMap<String, String>>,
+    status: BTreeMap<String, String>,
+}
+
+fn shown(html: &str) -> Shown {
+    let rows = tags_with(html, "class=\"row")
+        .into_iter()
+        .map(|a| (a["data-rank"].clone(), a))
+        .collect();
+    let status = tags_with(html, "id=\"status\"")
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no status line in the page:\n{html}"));
+    Shown { rows, status }
+}
+
+/// Per rank: the current state name and seconds per state, from `/metrics/sources`.
+struct SourcesView {
+    current: BTreeMap<String, String>,
+    seconds: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+fn sources_view(samples: &[Sample]) -> SourcesView {
+    let mut current = BTreeMap::new();
+    let mut seconds: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
+    for s in samples {
+        let Some(rank) = s.label("rank") else {
+            continue;
+        };
+        if s.name == "worker_current_state" {
+            let name = higgsmeter::AppState::from_code(s.value as u64)
+                .map_or("?", higgsmeter::AppState::as_str);
+            current.insert(rank.to_owned(), name.to_owned());
+        } else if s.name == "worker_activity_time_seconds_total" {
+            *seconds
+                .entry(rank.to_owned())
+                .or_default()
+                .entry(s.label("state").unwrap_or("").to_owned())
+                .or_default() += s.value;
+        }
+    }
+    SourcesView { current, seconds }
+}
+
+/// The states `rank` was in at some time between `before` and `after`: current in
+/// either, or with seconds that grew in between.
+fn states_within(rank: &str, before: &SourcesView, after: &SourcesView) -> BTreeSet<String> {
+    let mut out: BTreeSet<String> = [&before.current, &after.current]
+        .iter()
+        .filter_map(|c| c.get(rank).cloned())
+        .collect();
+    if let (Some(b), Some(a)) = (before.seconds.get(rank), after.seconds.get(rank)) {
+        for (state, v) in a {
+            if *v > b.get(state).copied().unwrap_or(0.0) {
+                out.insert(state.clone());
+            }
+        }
+    }
+    out
+}
+
+fn api(collector: &CollectorProcess) -> serde_json::Value {
+    serde_json::from_str(&collector.scrape("/api/cluster")).unwrap()
+}
+
+fn api_source(doc: &serde_json::Value, rank: u32) -> Option<&serde_json::Value> {
+    doc["sources"]
+        .as_array()?
+        .iter()
+        .find(|s| s["rank"] == rank.to_string().as_str())
+}
+
+fn is_png(path: &Path) -> bool {
+    std::fs::read(path).is_ok_and(|b| b.len() > 10_000 && b.starts_with(b"\x89PNG\r\n\x1a\n"))
+}
+
+#[test]
+fn cluster_page_in_a_headless_browser() {
+    chromium();
+    let collector = CollectorProcess::start(
+        Some("processors:\n  higgsmeter:\n    stale_after: 2s\n"),
+        &[],
+    );
+    let endpoint = collector.grpc_url();
+    let url = format!("http://{}/", collector.prometheus);
+    let mut workers: BTreeMap<u32, Killed> = BTreeMap::new();
+    for rank in DEMO_RANKS {
+        workers.insert(rank, demo_worker(rank, &endpoint));
+    }
+    for (rank, state) in FIXED {
+        workers.insert(rank, fixed_worker(rank, state, &endpoint));
+    }
+
+    // The served page is the embedded one, self-contained: no external resources.
+    let page = collector.scrape("/");
+    assert!(page.contains("<title>higgsmeter cluster</title>"), "{page}");
+    for external in ["src=\"http", "href=\"http", "//cdn", "@import"] {
+        assert!(!page.contains(external), "the page loads `{external}`");
+    }
+
+    // Every worker live, the fixed ones in their state, with some history behind them.
+    wait_for_or(
+        Duration::from_secs(60),
+        || format!("4 live ranks in /api/cluster: {}", api(&collector)),
+        || {
+            let doc = api(&collector);
+            let ready = DEMO_RANKS
+                .iter()
+                .chain(FIXED.iter().map(|(r, _)| r))
+                .all(|r| {
+                    api_source(&doc, *r).is_some_and(|s| {
+                        s["live"] == true
+                            && s["state"].is_string()
+                            && s["last_minute_s"].as_f64().is_some_and(|w| w >= 2.0)
+                    })
+                })
+                && FIXED
+                    .iter()
+                    .all(|(r, st)| api_source(&doc, *r).is_some_and(|s| s["state"] == *st));
+            ready.then_some(())
+        },
+    );
+
+    // The JSON: identity, state, shares, GPU (none here), staleness, fleet totals.
+    let doc = api(&collector);
+    assert_eq!(doc["fleet"]["live"], 4, "{doc}");
+    for (rank, state) in FIXED {
+        let s = api_source(&doc, rank).unwrap();
+        assert_eq!(s["service.name"], "fixed-worker", "{s}");
+        assert!(s["service.instance.id"].is_string(), "{s}");
+        assert_eq!(s["state"], state, "{s}");
+        let share = s["share_last_minute"][state].as_f64().unwrap();
+        assert!(
+            share > 0.9,
+            "rank {rank} held {state} but its share is {share}: {s}"
+        );
+        assert!(s["seconds_by_state"][state].as_f64().unwrap() > 0.0, "{s}");
+        assert_eq!(s["gpu_utilization"], serde_json::Value::Null, "{s}");
+        assert!(s["seen_s_ago"].as_f64().unwrap() < 2.0, "{s}");
+    }
+    for rank in DEMO_RANKS {
+        let s = api_source(&doc, rank).unwrap();
+        assert_eq!(s["service.name"], "demo-worker", "{s}");
+    }
+
+    // First dump, between two scrapes of the per-source view.
+    let before = sources_view(&collector.sources());
+    let first_html = dump_dom(&url, 5000);
+    let after = sources_view(&collector.sources());
+    let first = shown(&first_html);
+    let ranks: BTreeSet<&str> = first.rows.keys().map(String::as_str).collect();
+    assert_eq!(
+        ranks,
+        BTreeSet::from(["0", "1", "2", "3"]),
+        "the page shows every rank:\n{first_html}"
+    );
+    for (rank, row) in &first.rows {
+        assert_eq!(row["data-live"], "true", "rank {rank}: {row:?}");
+        let state = &row["data-state"];
+        let within = states_within(rank, &before, &after);
+        assert!(
+            within.contains(state),
+            "rank {rank} is shown in {state}, but between two scrapes of /metrics/sources \
+             around the page load it was in {within:?}"
+        );
+    }
+    for (rank, state) in FIXED {
+        let rank = rank.to_string();
+        assert_eq!(first.rows[&rank]["data-state"], state);
+        assert_eq!(after.current[&rank], state, "/metrics/sources agrees");
+    }
+    for rank in DEMO_RANKS {
+        let state = &first.rows[&rank.to_string()]["data-state"];
+        assert!(
+            DEMO_STATES.contains(&state.as_str()),
+            "rank {rank}: {state}"
+        );
+    }
+    // It refreshes by itself: more than one fetch while the page ran.
+    let count: u32 = first.status["data-count"].parse().unwrap();
+    assert!(
+        count >= 2,
+        "the page refreshed {count} time(s): {:?}",
+        first.status
+    );
+
+    // Updates: a later load shows a later collector uptime and more counted time.
+    let time_of = |s: &Shown, rank: &str| -> f64 { s.rows[rank]["data-total-s"].parse().unwrap() };
+    wait_for_or(
+        Duration::from_secs(30),
+        || "the collector's uptime to grow by 2 s".to_owned(),
+        || {
+            let now = api(&collector)["uptime_s"].as_f64()?;
+            let then: f64 = first.status["data-uptime"].parse().ok()?;
+            (now > then + 2.0).then_some(())
+        },
+    );
+    let second = shown(&dump_dom(&url, 2500));
+    let up = |s: &Shown| -> f64 { s.status["data-uptime"].parse().unwrap() };
+    assert!(
+        up(&second) > up(&first),
+        "{:?} then {:?}",
+        first.status,
+        second.status
+    );
+    for rank in ["0", "1", "2", "3"] {
+        assert!(
+            time_of(&second, rank) > time_of(&first, rank),
+            "rank {rank}'s counted time did not grow between two loads"
+        );
+    }
+
+    // Staleness: a worker that stops pushing is shown stale once `stale_after` passes.
+    drop(workers.remove(&3));
+    wait_for_or(
+        Duration::from_secs(30),
+        || format!("rank 3 to go stale: {}", api(&collector)),
+        || {
+            let doc = api(&collector);
+            api_source(&doc, 3)
+                .is_some_and(|s| s["live"] == false)
+                .then_some(())
+        },
+    );
+    let third = shown(&dump_dom(&url, 2500));
+    assert_eq!(
+        third.rows["3"]["data-live"], "false",
+        "{:?}",
+        third.rows["3"]
+    );
+    assert_eq!(third.rows["3"]["data-state"], "stale");
+    assert_eq!(third.rows["2"]["data-state"], "gpu");
+
+    // The screenshot, a test artifact: every rank live again is not needed; it shows
+    // three live ranks and a stale one.
+    let shot: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster_page.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = run_chromium(
+        &url,
+        &[
+            "--virtual-time-budget=2500",
+            "--window-size=1280,900",
+            &format!("--screenshot={}", shot.display()),
+        ],
+    );
+    assert!(
+        out.status.success() && is_png(&shot),
+        "no screenshot at {}: {}\n{}",
+        shot.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("cluster page screenshot: {}", shot.display());
+}
