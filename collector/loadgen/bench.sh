@@ -148,11 +148,12 @@ for (label, proto, rate), rs in groups.items():
         "rss": med([tgt(r, "rss_mib") for r in rs]),
         "rss_max": med([tgt(r, "rss_max_mib") for r in rs]),
         "lg": med([(r.get("usage") or {}).get("loadgen_cpu_percent") for r in rs]),
+        "other": med([(r.get("usage") or {}).get("other_cpu_percent") for r in rs]),
         "load": " / ".join(r["loadavg_at_start"].split()[0] for r in rs),
     }
 def f(v, fmt): return "n/a" if v is None else fmt.format(v)
-print("| peer | protocol | load | accepted points/s | vs rotel | p50 / p99 ms | target CPU % | target RSS MiB (max) | loadgen CPU % | load avg (1 min) |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+print("| peer | protocol | load | accepted points/s | vs rotel | p50 / p99 ms | target CPU % | target RSS MiB (max) | loadgen CPU % | other CPU % | load avg (1 min) |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
 for (label, proto, rate), s in summary.items():
     ref = summary.get(("rotel", proto, rate))
     ratio = ""
@@ -165,7 +166,7 @@ for (label, proto, rate), s in summary.items():
     n = "" if s["n"] == 1 else f' (median of {s["n"]})'
     print(f'| {label} | {proto} | {load} | {s["pps"]:,.0f}{n} | {ratio} | '
           f'{f(s["p50"], "{:.1f}")} / {f(s["p99"], "{:.1f}")} | {f(s["cpu"], "{:.0f}")} | '
-          f'{f(s["rss"], "{:.1f}")} ({f(s["rss_max"], "{:.1f}")}) | {f(s["lg"], "{:.0f}")} | {s["load"]} |')
+          f'{f(s["rss"], "{:.1f}")} ({f(s["rss_max"], "{:.1f}")}) | {f(s["lg"], "{:.0f}")} | {f(s["other"], "{:.0f}")} | {s["load"]} |')
 for r in rows:
     s = r.get("scrape")
     if s:

@@ -15,6 +15,31 @@ pub(crate) struct CpuSample {
     ticks: u64,
 }
 
+/// Busy CPU time of the whole machine (all cores), from `/proc/stat`.
+pub(crate) fn machine() -> anyhow::Result<CpuSample> {
+    let text = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+    let ticks = parse_machine_busy(&text).context("parsing /proc/stat")?;
+    Ok(CpuSample {
+        at: Instant::now(),
+        ticks,
+    })
+}
+
+/// user + nice + system + irq + softirq + steal of the aggregate `cpu` line.
+fn parse_machine_busy(text: &str) -> anyhow::Result<u64> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .context("no aggregate cpu line")?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let get = |i: usize| f.get(i).copied().unwrap_or(0);
+    Ok(get(0) + get(1) + get(2) + get(5) + get(6) + get(7))
+}
+
 /// Memory figures from `/proc/PID/status`, in KiB.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Memory {
@@ -99,6 +124,12 @@ mod tests {
     fn parses_stat_with_odd_command_name() {
         let line = "1234 (my (odd) cmd) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 4 0 100 0 0";
         assert_eq!(parse_stat_ticks(line).unwrap(), 300);
+    }
+
+    #[test]
+    fn parses_proc_stat() {
+        let text = "cpu  10 1 5 100 7 2 3 4 0 0\ncpu0 5 0 2 50 3 1 1 2 0 0\n";
+        assert_eq!(parse_machine_busy(text).unwrap(), 10 + 1 + 5 + 2 + 3 + 4);
     }
 
     #[test]

@@ -36,6 +36,12 @@ pub(crate) struct Usage {
     pub(crate) target: Option<TargetUsage>,
     /// The generator's own CPU over the window, percent of one core.
     pub(crate) loadgen_cpu_percent: Option<f64>,
+    /// Busy CPU of the whole machine over the window, percent of one core (at most
+    /// 100 × cores).
+    pub(crate) machine_cpu_percent: Option<f64>,
+    /// Machine CPU used by neither the target nor the generator: the noise from other
+    /// work on the box, percent of one core.
+    pub(crate) other_cpu_percent: Option<f64>,
 }
 
 /// Samples the target's and the generator's CPU and memory over the window.
@@ -57,6 +63,7 @@ impl Monitor {
             tokio::time::sleep_until(from.into()).await;
             let me = std::process::id();
             let self0 = procstat::cpu(me).ok();
+            let all0 = procstat::machine().ok();
             let cpu0 = pid.and_then(|p| procstat::cpu(p).ok());
             let mut rss_max = 0u64;
             let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -72,19 +79,29 @@ impl Monitor {
             }
             let cpu1 = pid.and_then(|p| procstat::cpu(p).ok());
             let self1 = procstat::cpu(me).ok();
+            let all1 = procstat::machine().ok();
             let mem = pid.and_then(|p| procstat::memory(p).ok());
             if let Some(m) = mem {
                 rss_max = rss_max.max(m.rss_kib);
             }
+            let pct = |a: Option<procstat::CpuSample>, b: Option<procstat::CpuSample>| {
+                a.zip(b).map(|(a, b)| procstat::cpu_percent(a, b))
+            };
+            let target_cpu = pct(cpu0, cpu1);
+            let loadgen_cpu = pct(self0, self1);
+            let machine_cpu = pct(all0, all1);
             Usage {
+                other_cpu_percent: machine_cpu
+                    .map(|m| (m - target_cpu.unwrap_or(0.0) - loadgen_cpu.unwrap_or(0.0)).max(0.0)),
+                machine_cpu_percent: machine_cpu,
                 target: pid.map(|pid| TargetUsage {
                     pid,
-                    cpu_percent: cpu0.zip(cpu1).map(|(a, b)| procstat::cpu_percent(a, b)),
+                    cpu_percent: target_cpu,
                     rss_mib: mem.map(|m| mib(m.rss_kib)),
                     rss_max_mib: (rss_max > 0).then(|| mib(rss_max)),
                     hwm_mib: mem.map(|m| mib(m.hwm_kib)),
                 }),
-                loadgen_cpu_percent: self0.zip(self1).map(|(a, b)| procstat::cpu_percent(a, b)),
+                loadgen_cpu_percent: loadgen_cpu,
             }
         });
         Self { stop, handle }
@@ -360,8 +377,9 @@ impl Report {
             );
         }
         println!(
-            "  generator CPU {}; load average at start {}",
+            "  generator CPU {}; other work on the machine {} (load average at start {})",
             f(self.usage.loadgen_cpu_percent, "%"),
+            f(self.usage.other_cpu_percent, "%"),
             self.loadavg_at_start
         );
         if let Some(s) = &self.scrape {
