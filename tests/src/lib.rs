@@ -142,6 +142,46 @@ pub struct GroundTruth {
     pub steps: Vec<f64>,
     /// Bytes recorded on `mstar_transfer_bytes_total`.
     pub transfer_bytes: u64,
+    /// Seconds recorded on the synthetic GPU's `hw.gpu.session.active_time`, by the
+    /// worker state they were attributed to (`gpu`, `io`).
+    #[serde(default)]
+    pub gpu_active_seconds: BTreeMap<String, f64>,
+}
+
+/// The synthetic GPU readings a worker reports (no NVML in CI): the NVML meter's
+/// instrument names and labels, fixed values per rank.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SyntheticGpu {
+    /// `hw.gpu.utilization`.
+    pub utilization: f64,
+    /// `hw.gpu.memory.utilization`.
+    pub memory_utilization: f64,
+    /// `hw.power`, watts.
+    pub power: f64,
+    /// `hw.gpu.temperature`, °C.
+    pub temperature: f64,
+    /// The share of each `io/load_batch` phase during which the GPU counts as active
+    /// (asynchronous kernels still running), attributed to state `io`.
+    pub active_share_of_load_batch: f64,
+}
+
+impl SyntheticGpu {
+    /// Rank `rank`'s readings.
+    pub fn of_rank(rank: u32) -> SyntheticGpu {
+        let r = f64::from(rank);
+        SyntheticGpu {
+            utilization: 0.2 + 0.2 * r,
+            memory_utilization: 0.5,
+            power: 300.0 + r,
+            temperature: 60.0 + r,
+            active_share_of_load_batch: 0.5,
+        }
+    }
+
+    /// `hw.id` of rank `rank`'s device.
+    pub fn device_id(rank: u32) -> String {
+        format!("GPU-e2e-{rank}")
+    }
 }
 
 impl GroundTruth {

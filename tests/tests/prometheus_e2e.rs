@@ -30,8 +30,8 @@ use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
 use higgsmeter_e2e::{
-    ChildGuard, Collector, GroundTruth, PromClient, Prometheus, SERVICE_NAME, WORKLOADS,
-    collector_binary, line_reader, repo_root, wait_line,
+    ChildGuard, Collector, GroundTruth, PromClient, Prometheus, SERVICE_NAME, SyntheticGpu,
+    WORKLOADS, collector_binary, line_reader, repo_root, wait_line,
 };
 
 const W: &str = "worker_activity_time_seconds_total";
@@ -110,12 +110,13 @@ struct Worker {
     truth_path: PathBuf,
 }
 
-fn spawn_worker(rank: usize, endpoint: &str, dir: &Path) -> Worker {
+fn spawn_worker(rank: usize, endpoint: &str, dir: &Path, extra: &[&str]) -> Worker {
     let truth_path = dir.join(format!("truth-{rank}.json"));
     let mut process = ChildGuard::spawn(
         format!("e2e-worker rank {rank}"),
         Command::new(env!("CARGO_BIN_EXE_e2e-worker"))
             .args(["--rank", &rank.to_string(), "--endpoint", endpoint])
+            .args(extra)
             .arg("--ground-truth")
             .arg(&truth_path)
             .env("RUST_LOG", "warn")
@@ -211,7 +212,7 @@ fn seed_queries_rules_and_dashboard_against_real_prometheus() {
 
     let endpoint = format!("http://{}", collector.grpc);
     let mut workers: Vec<Worker> = (0..WORKLOADS.len())
-        .map(|rank| spawn_worker(rank, &endpoint, &tmp.0))
+        .map(|rank| spawn_worker(rank, &endpoint, &tmp.0, &[]))
         .collect();
     for w in &workers {
         wait_line(&w.lines, Duration::from_secs(90), "HOLD", |l| {
@@ -710,4 +711,134 @@ fn check_dashboard(prom: &PromClient) {
             assert!(!empty, "panel {title:?}: {query} returned nothing");
         }
     }
+}
+
+/// The GPU families (the NVML meter's instrument names, from a synthetic GPU per
+/// worker) through the collector and the GPU recording rules.
+#[test]
+#[ignore = "higgsmeter-collector exports the NVML meter's dotted instruments \
+            (hw.gpu.utilization, hw.gpu.session.active_time) as hw_gpu_utilization_ratio \
+            and hw_gpu_session_active_time_seconds_total instead of the catalog names"]
+fn gpu_families_and_rules_against_real_prometheus() {
+    let tmp = TempDir::new();
+    let binary = collector_binary().unwrap();
+    let collector = Collector::start(&binary).unwrap();
+    let prometheus = Prometheus::start(
+        &tmp.0.join("prometheus"),
+        &prometheus_config(collector.prometheus),
+    )
+    .unwrap();
+    let prom = prometheus.client();
+    eventually(120, || {
+        let up = prom.by_label("up", "job").map_err(|e| e.to_string())?;
+        (up.len() == 2 && up.values().all(|&v| v == 1.0))
+            .then_some(())
+            .ok_or(format!("up: {up:?}"))
+    });
+    let endpoint = format!("http://{}", collector.grpc);
+    let mut workers: Vec<Worker> = (0..2)
+        .map(|rank| spawn_worker(rank, &endpoint, &tmp.0, &["--steady-secs", "4"]))
+        .collect();
+    for w in &workers {
+        wait_line(&w.lines, Duration::from_secs(90), "HOLD", |l| {
+            l.starts_with("HOLD")
+        })
+        .unwrap_or_else(|e| panic!("{}: {e}", w.process.name()));
+    }
+    // Gauges, per source: each rank's device with its reading.
+    for (family, reading) in [
+        ("hw_gpu_utilization", 0),
+        ("hw_gpu_memory_utilization", 1),
+        ("hw_power", 2),
+        ("hw_gpu_temperature", 3),
+    ] {
+        let query = format!("{family}{{{SOURCES}}}");
+        let want: BTreeMap<String, f64> = (0..2u32)
+            .map(|rank| {
+                let gpu = SyntheticGpu::of_rank(rank);
+                let v = [
+                    gpu.utilization,
+                    gpu.memory_utilization,
+                    gpu.power,
+                    gpu.temperature,
+                ];
+                (rank.to_string(), v[reading])
+            })
+            .collect();
+        eventually(40, || {
+            let got = prom.by_label(&query, "rank").map_err(|e| e.to_string())?;
+            (got == want)
+                .then_some(())
+                .ok_or(format!("{query}: {got:?}, want {want:?}"))
+        });
+        let samples = prom.query(&query).unwrap();
+        for s in &samples {
+            let rank: u32 = s.label("rank").parse().unwrap();
+            assert_eq!(s.label("hw_id"), SyntheticGpu::device_id(rank), "{s:?}");
+        }
+    }
+    for w in &mut workers {
+        let stdin = w.process.child().stdin.as_mut().unwrap();
+        stdin.write_all(b"release\n").unwrap();
+        stdin.flush().unwrap();
+    }
+    let mut truth = Vec::new();
+    for w in &mut workers {
+        let status = w.process.wait_exit(Duration::from_secs(30)).unwrap();
+        assert!(
+            status.success(),
+            "{} exited with {status}",
+            w.process.name()
+        );
+        let text = std::fs::read_to_string(&w.truth_path).unwrap();
+        truth.push(serde_json::from_str::<GroundTruth>(&text).unwrap());
+    }
+    truth.sort_by_key(|t| t.rank);
+    let exited = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    eventually(40, || {
+        let scraped = prom
+            .scalar("min(timestamp(up))")
+            .map_err(|e| e.to_string())?;
+        (scraped > exited + 0.2).then_some(()).ok_or(format!(
+            "last scrape at {scraped}, workers exited at {exited}"
+        ))
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+
+    // The session counter per rank and state, to the microsecond.
+    let got = prom
+        .query(&format!(
+            "last_over_time(hw_gpu_session_active_time{{{SOURCES}}}[5m])"
+        ))
+        .unwrap();
+    assert_eq!(got.len(), 4, "{got:?}");
+    for s in &got {
+        let rank: usize = s.label("rank").parse().unwrap();
+        let want = truth[rank].gpu_active_seconds[s.label("state")];
+        close(&format!("rank {rank} {s:?}"), s.value, want, 1e-6);
+    }
+    // GPU busy while the worker is in io: the rules against the workers' own totals.
+    let ratio = prom
+        .by_label("higgsmeter:gpu_active_while_io:ratio5m", "rank")
+        .unwrap();
+    let seconds = prom
+        .by_label("higgsmeter:gpu_active_while_io_seconds:rate5m", "rank")
+        .unwrap();
+    assert_eq!(seconds.len(), truth.len(), "{seconds:?}");
+    for t in &truth {
+        let io = t.gpu_active_seconds["io"];
+        let total: f64 = t.gpu_active_seconds.values().sum();
+        let rank = t.rank.to_string();
+        close(
+            &format!("rank {rank} gpu busy while io"),
+            ratio[&rank],
+            io / total,
+            SHARE_TOLERANCE,
+        );
+        assert!(seconds[&rank] > 0.0, "{seconds:?}");
+    }
+    drop(collector);
 }
