@@ -842,3 +842,104 @@ fn gpu_families_and_rules_against_real_prometheus() {
     }
     drop(collector);
 }
+
+/// A worker killed mid-run: the stale-worker alert fires for its rank in a real
+/// Prometheus (the collector drops it from the per-source view after `stale_after`),
+/// and resolves when the rank restarts under a new instance id; through the kill and
+/// the restart the fleet counter keeps counting and never goes down (no counter reset
+/// in Prometheus's eyes).
+#[test]
+fn killed_worker_alerts_and_restarted_rank_keeps_the_fleet_counting() {
+    let tmp = TempDir::new();
+    let binary = collector_binary().unwrap();
+    let collector = Collector::start(&binary).unwrap();
+    let prometheus = Prometheus::start(
+        &tmp.0.join("prometheus"),
+        &prometheus_config(collector.prometheus),
+    )
+    .unwrap();
+    let prom = prometheus.client();
+    eventually(120, || {
+        let up = prom.by_label("up", "job").map_err(|e| e.to_string())?;
+        (up.len() == 2 && up.values().all(|&v| v == 1.0))
+            .then_some(())
+            .ok_or(format!("up: {up:?}"))
+    });
+    let endpoint = format!("http://{}", collector.grpc);
+    let long = ["--steady-secs", "120"];
+    let mut workers: Vec<Worker> = (0..2)
+        .map(|rank| spawn_worker(rank, &endpoint, &tmp.0, &long))
+        .collect();
+    let live = format!("worker_current_state{{{SOURCES}}}");
+    let first_instance = eventually(120, || {
+        let got = prom.query(&live).map_err(|e| e.to_string())?;
+        let one = got.iter().find(|s| s.label("rank") == "1");
+        match (got.len(), one) {
+            (2, Some(s)) => Ok(s.label("exported_instance").to_owned()),
+            _ => Err(format!("{live}: {got:?}")),
+        }
+    });
+    let fleet_sum = format!("sum({W}{{{FLEET}}})");
+    let before = prom.scalar(&fleet_sum).unwrap();
+
+    // Kill rank 1 without a chance to reach shutdown.
+    workers[1].process.child().kill().unwrap();
+    workers[1]
+        .process
+        .wait_exit(Duration::from_secs(10))
+        .unwrap();
+    let stale = r#"ALERTS{alertname="HiggsmeterWorkerStale",alertstate="firing"}"#;
+    eventually(120, || {
+        let got = prom.query(stale).map_err(|e| e.to_string())?;
+        match got.as_slice() {
+            [one]
+                if one.label("rank") == "1" && one.label("exported_instance") == first_instance =>
+            {
+                Ok(())
+            }
+            _ => Err(format!("{stale}: {got:?}")),
+        }
+    });
+    let after_kill = prom.scalar(&fleet_sum).unwrap();
+    assert!(after_kill >= before, "{after_kill} < {before}");
+
+    // Rank 1 comes back as a new process (a new service.instance.id).
+    workers[1] = spawn_worker(1, &endpoint, &tmp.0, &long);
+    eventually(120, || {
+        let got = prom.query(&live).map_err(|e| e.to_string())?;
+        got.iter()
+            .any(|s| s.label("rank") == "1" && s.label("exported_instance") != first_instance)
+            .then_some(())
+            .ok_or(format!("{live}: {got:?}"))
+    });
+    eventually(120, || {
+        let got = prom.query(stale).map_err(|e| e.to_string())?;
+        got.is_empty()
+            .then_some(())
+            .ok_or(format!("still firing: {got:?}"))
+    });
+    eventually(120, || {
+        let now = prom.scalar(&fleet_sum).map_err(|e| e.to_string())?;
+        (now > after_kill + 1.0)
+            .then_some(())
+            .ok_or(format!("fleet sum {now}, after the kill {after_kill}"))
+    });
+
+    // Prometheus saw both instances of rank 1, and no fleet series ever went down.
+    let instances = prom
+        .scalar(&format!(
+            r#"count(count by (exported_instance) (last_over_time({W}{{{SOURCES},rank="1"}}[5m])))"#
+        ))
+        .unwrap();
+    assert_eq!(instances, 2.0);
+    let resets = prom
+        .scalar(&format!("sum(resets({W}{{{FLEET}}}[5m]))"))
+        .unwrap();
+    assert_eq!(resets, 0.0, "the fleet counter went down");
+    let refusing = prom
+        .query(r#"ALERTS{alertname=~"HiggsmeterCollector.*"}"#)
+        .unwrap();
+    assert!(refusing.is_empty(), "{refusing:?}");
+    drop(workers);
+    drop(collector);
+}
