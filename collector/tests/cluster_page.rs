@@ -9,6 +9,8 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use support::{CollectorProcess, Sample, temp_dir, wait_for_or};
@@ -21,6 +23,10 @@ const WORKER_ENV: &str = "HIGGSMETER_CLUSTER_PAGE_WORKER";
 const DEMO_RANKS: [u32; 2] = [0, 1];
 const FIXED: [(u32, &str); 2] = [(2, "gpu"), (3, "io")];
 
+/// The rank an OTLP/HTTP JSON client pushes GPU readings for (two devices, mean 0.42).
+const GPU_RANK: u32 = 4;
+const GPU_READINGS: [f64; 2] = [0.30, 0.54];
+
 /// States a `demo-worker` can report (it warms up, then loops over these).
 const DEMO_STATES: [&str; 6] = ["startup", "warmup", "gpu", "io", "cpu", "idle"];
 
@@ -31,6 +37,89 @@ impl Drop for Killed {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// A source that is no SDK worker: a plain OTLP/HTTP JSON client, pushing every
+/// 200 ms (until dropped, at most two minutes) rank [`GPU_RANK`] in `gpu` with its
+/// growing seconds and the `hw.gpu.utilization` of two devices.
+struct GpuPusher {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GpuPusher {
+    fn start(http_url: String) -> GpuPusher {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let client = reqwest::blocking::Client::new();
+            let started = Instant::now();
+            let start_nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
+            let s = |v: &str| serde_json::json!({ "stringValue": v });
+            while !flag.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(120) {
+                let now = (start_nanos + started.elapsed().as_nanos()).to_string();
+                let gpus: Vec<_> = GPU_READINGS
+                    .iter()
+                    .enumerate()
+                    .map(|(i, u)| {
+                        let id = format!("GPU-{i}");
+                        serde_json::json!({
+                            "attributes": [{ "key": "hw.id", "value": s(&id) }],
+                            "timeUnixNano": now, "asDouble": u })
+                    })
+                    .collect();
+                let activity = serde_json::json!({
+                    "name": "worker_activity_time_seconds_total", "unit": "s",
+                    "sum": { "aggregationTemporality": 2, "isMonotonic": true, "dataPoints": [{
+                        "attributes": [
+                            { "key": "state", "value": s("gpu") },
+                            { "key": "operation", "value": s("forward") } ],
+                        "startTimeUnixNano": start_nanos.to_string(),
+                        "timeUnixNano": now,
+                        "asDouble": started.elapsed().as_secs_f64() }] } });
+                let current = serde_json::json!({
+                    "name": "worker_current_state",
+                    "gauge": { "dataPoints": [{ "timeUnixNano": now, "asDouble": 3.0 }] } });
+                let gpu = serde_json::json!({
+                    "name": "hw.gpu.utilization", "unit": "1", "gauge": { "dataPoints": gpus } });
+                let resource = serde_json::json!({ "attributes": [
+                    { "key": "service.name", "value": s("gpu-feeder") },
+                    { "key": "service.instance.id", "value": s("gpu-feeder-1") },
+                    { "key": "rank", "value": { "intValue": GPU_RANK.to_string() } } ] });
+                let body = serde_json::json!({ "resourceMetrics": [{
+                    "resource": resource,
+                    "scopeMetrics": [{ "metrics": [activity, current, gpu] }] }] });
+                let resp = client
+                    .post(format!("{http_url}/v1/metrics"))
+                    .header("content-type", "application/json")
+                    .body(body.to_string())
+                    .send();
+                if let Ok(r) = resp {
+                    assert!(
+                        r.status().is_success(),
+                        "the collector refused the GPU push"
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        });
+        GpuPusher {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for GpuPusher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -303,6 +392,7 @@ fn cluster_page_in_a_headless_browser() {
     for (rank, state) in FIXED {
         workers.insert(rank, fixed_worker(rank, state, &endpoint));
     }
+    let _gpu = GpuPusher::start(collector.http_url());
 
     // The served page is the embedded one, self-contained: no external resources.
     let page = collector.scrape("/");
@@ -314,12 +404,13 @@ fn cluster_page_in_a_headless_browser() {
     // Every worker live, the fixed ones in their state, with some history behind them.
     wait_for_or(
         Duration::from_secs(60),
-        || format!("4 live ranks in /api/cluster: {}", api(&collector)),
+        || format!("5 live ranks in /api/cluster: {}", api(&collector)),
         || {
             let doc = api(&collector);
             let ready = DEMO_RANKS
                 .iter()
                 .chain(FIXED.iter().map(|(r, _)| r))
+                .chain([&GPU_RANK])
                 .all(|r| {
                     api_source(&doc, *r).is_some_and(|s| {
                         s["live"] == true
@@ -336,7 +427,14 @@ fn cluster_page_in_a_headless_browser() {
 
     // The JSON: identity, state, shares, GPU (none here), staleness, fleet totals.
     let doc = api(&collector);
-    assert_eq!(doc["fleet"]["live"], 4, "{doc}");
+    assert_eq!(doc["fleet"]["live"], 5, "{doc}");
+    let gpu = api_source(&doc, GPU_RANK).unwrap();
+    assert_eq!(gpu["gpu_devices"], 2, "{gpu}");
+    assert!(
+        (gpu["gpu_utilization"].as_f64().unwrap() - 0.42).abs() < 1e-9,
+        "{gpu}"
+    );
+    assert!((doc["fleet"]["gpu_utilization_mean"].as_f64().unwrap() - 0.42).abs() < 1e-9);
     for (rank, state) in FIXED {
         let s = api_source(&doc, rank).unwrap();
         assert_eq!(s["service.name"], "fixed-worker", "{s}");
@@ -364,7 +462,7 @@ fn cluster_page_in_a_headless_browser() {
     let ranks: BTreeSet<&str> = first.rows.keys().map(String::as_str).collect();
     assert_eq!(
         ranks,
-        BTreeSet::from(["0", "1", "2", "3"]),
+        BTreeSet::from(["0", "1", "2", "3", "4"]),
         "the page shows every rank:\n{first_html}"
     );
     for (rank, row) in &first.rows {
@@ -382,6 +480,13 @@ fn cluster_page_in_a_headless_browser() {
         assert_eq!(first.rows[&rank]["data-state"], state);
         assert_eq!(after.current[&rank], state, "/metrics/sources agrees");
     }
+    // GPU utilisation where known (the mean over the source's devices), n/a elsewhere.
+    assert_eq!(first.rows["4"]["data-gpu"], "0.420");
+    assert_eq!(first.rows["2"]["data-gpu"], "");
+    assert!(
+        first_html.contains("id=\"fleetgpu\">42.0%<"),
+        "the fleet's GPU utilisation is shown"
+    );
     for rank in DEMO_RANKS {
         let state = &first.rows[&rank.to_string()]["data-state"];
         assert!(
@@ -416,7 +521,7 @@ fn cluster_page_in_a_headless_browser() {
         first.status,
         second.status
     );
-    for rank in ["0", "1", "2", "3"] {
+    for rank in ["0", "1", "2", "3", "4"] {
         assert!(
             time_of(&second, rank) > time_of(&first, rank),
             "rank {rank}'s counted time did not grow between two loads"
@@ -444,8 +549,7 @@ fn cluster_page_in_a_headless_browser() {
     assert_eq!(third.rows["3"]["data-state"], "stale");
     assert_eq!(third.rows["2"]["data-state"], "gpu");
 
-    // The screenshot, a test artifact: every rank live again is not needed; it shows
-    // three live ranks and a stale one.
+    // The screenshot, a test artifact: four live ranks and a stale one.
     let shot: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster_page.png");
     let _ = std::fs::remove_file(&shot);
     let out = run_chromium(
