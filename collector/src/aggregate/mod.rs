@@ -14,6 +14,7 @@ mod naming;
 mod render;
 mod snapshot;
 mod store;
+mod wire;
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -23,6 +24,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 pub use config::{AggregateConfig, GaugeAggregation, GaugeRule};
 pub(crate) use store::Outcome;
 use store::{Store, Value};
+pub(crate) use wire::DecodeError;
 
 use crate::self_metrics::{SelfMetrics, Transport};
 
@@ -180,9 +182,28 @@ impl Aggregator {
         req: &ExportMetricsServiceRequest,
         transport: Transport,
     ) -> IngestResult {
+        use prost::Message as _;
+        // A prost-encoded request is always well-formed.
+        self.ingest_protobuf(&req.encode_to_vec(), transport)
+            .unwrap_or_else(|e| IngestResult {
+                received: 0,
+                rejected: 0,
+                message: e.to_string(),
+            })
+    }
+
+    /// Reads one protobuf-encoded OTLP export request. The whole request is validated
+    /// first (outside the lock): a malformed one is refused as a whole and changes
+    /// nothing; otherwise refused points are counted and reported.
+    pub(crate) fn ingest_protobuf(
+        &self,
+        bytes: &[u8],
+        transport: Transport,
+    ) -> Result<IngestResult, DecodeError> {
+        wire::walk(bytes, &mut wire::Count::default())?;
         let mut outcome = Outcome::default();
         let now = self.now();
-        self.lock().ingest(req, now, &mut outcome);
+        self.lock().apply(bytes, now, &mut outcome)?;
         self.stats.points_received[transport as usize]
             .fetch_add(outcome.received, std::sync::atomic::Ordering::Relaxed);
         for (i, n) in outcome.refused.iter().enumerate() {
@@ -194,11 +215,11 @@ impl Aggregator {
         if rejected > 0 {
             tracing::debug!(rejected, message = ?outcome.first_message, "refused data points");
         }
-        IngestResult {
+        Ok(IngestResult {
             received: outcome.received,
             rejected,
             message: outcome.first_message.unwrap_or_default(),
-        }
+        })
     }
 
     /// Forgets series silent for longer than `forget_after`.

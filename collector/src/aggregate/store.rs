@@ -6,18 +6,13 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
-use opentelemetry_proto::tonic::metrics::v1::{
-    AggregationTemporality, HistogramDataPoint, Metric as OtlpMetric, NumberDataPoint,
-    metric::Data, number_data_point,
-};
-use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use higgsmeter_catalog::{COLLECTOR_FAMILIES, Family, Kind};
 
 use super::config::{AggregateConfig, GaugeAggregation};
 use super::naming::{normalize_labels, prometheus_name, render_labels, sanitize_label_name};
+use super::wire::{self, DataKind, HistPoint, Kv, MetricRef, NumberPoint, Val, Visitor};
 use super::{MetricKind, RefusalReason};
 
 /// OTLP's `DataPointFlags.NO_RECORDED_VALUE`.
@@ -256,36 +251,49 @@ fn json_value(v: &any_value::Value) -> serde_json::Value {
     }
 }
 
-fn attrs_hash(source: u32, metric: u32, attrs: &[KeyValue]) -> u64 {
+/// The text form of a borrowed attribute value.
+pub(crate) fn val_string<'a>(v: &Val<'a>) -> Cow<'a, str> {
+    match *v {
+        Val::Empty => Cow::Borrowed(""),
+        Val::Str(s) => Cow::Borrowed(s),
+        Val::Bool(b) => Cow::Borrowed(if b { "true" } else { "false" }),
+        Val::Int(i) => Cow::Owned(i.to_string()),
+        Val::Double(d) => Cow::Owned(d.to_string()),
+        Val::Bytes(b) => Cow::Owned(b.iter().map(|x| format!("{x:02x}")).collect()),
+        Val::Complex(_) => Cow::Owned(value_string(Some(&v.to_proto())).into_owned()),
+    }
+}
+
+fn attrs_hash(source: u32, metric: u32, attrs: &[Kv<'_>]) -> u64 {
     let mut acc = 0u64;
     for kv in attrs {
         let h = fnv(kv.key.as_bytes(), 0xcbf2_9ce4_8422_2325);
         let h = fnv(b"=", h);
-        let h = match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-            Some(any_value::Value::StringValue(s)) => fnv(s.as_bytes(), h),
-            _ => fnv(value_string(kv.value.as_ref()).as_bytes(), h),
+        let h = match kv.val {
+            Val::Str(s) => fnv(s.as_bytes(), h),
+            _ => fnv(val_string(&kv.val).as_bytes(), h),
         };
         acc = acc.wrapping_add(mix(h));
     }
     mix(acc ^ (u64::from(source) << 32 | u64::from(metric)).wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
-fn attrs_equal(stored: &[(String, String)], attrs: &[KeyValue]) -> bool {
+fn attrs_equal(stored: &[(String, String)], attrs: &[Kv<'_>]) -> bool {
     if stored.len() != attrs.len() {
         return false;
     }
     attrs.iter().all(
-        |kv| match stored.binary_search_by(|(k, _)| k.as_str().cmp(&kv.key)) {
-            Ok(i) => stored[i].1 == value_string(kv.value.as_ref()),
+        |kv| match stored.binary_search_by(|(k, _)| k.as_str().cmp(kv.key)) {
+            Ok(i) => stored[i].1 == val_string(&kv.val),
             Err(_) => false,
         },
     )
 }
 
-fn canonical(attrs: &[KeyValue]) -> Vec<(String, String)> {
+fn canonical(attrs: &[Kv<'_>]) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = attrs
         .iter()
-        .map(|kv| (kv.key.clone(), value_string(kv.value.as_ref()).into_owned()))
+        .map(|kv| (kv.key.to_owned(), val_string(&kv.val).into_owned()))
         .collect();
     out.sort();
     out.dedup_by(|a, b| a.0 == b.0);
@@ -358,35 +366,25 @@ impl Store {
             .count()
     }
 
-    /// Reads every point of `req` into the store.
-    pub(crate) fn ingest(
+    /// Applies a request already validated by [`wire::walk`] with [`wire::Count`].
+    pub(crate) fn apply(
         &mut self,
-        req: &ExportMetricsServiceRequest,
+        req: &[u8],
         now: u64,
         out: &mut Outcome,
-    ) {
-        for rm in &req.resource_metrics {
-            let points: u64 = rm
-                .scope_metrics
-                .iter()
-                .flat_map(|sm| sm.metrics.iter())
-                .map(|m| point_count(m) as u64)
-                .sum();
-            out.received += points;
-            if points == 0 {
-                continue;
-            }
-            let source = self.source_for(rm.resource.as_ref(), now);
-            for sm in &rm.scope_metrics {
-                for m in &sm.metrics {
-                    self.metric(source, m, now, out);
-                }
-            }
-        }
+    ) -> Result<(), wire::DecodeError> {
+        let mut v = Apply {
+            store: self,
+            now,
+            out,
+            resource: Vec::new(),
+            source: None,
+            current: None,
+        };
+        wire::walk(req, &mut v)
     }
 
-    fn source_for(&mut self, resource: Option<&Resource>, now: u64) -> u32 {
-        let attrs: &[KeyValue] = resource.map_or(&[], |r| &r.attributes);
+    fn source_for(&mut self, attrs: &[Kv<'_>], now: u64) -> u32 {
         let key = canonical(attrs);
         if let Some(&id) = self.source_by_key.get(&key) {
             if let Some(s) = self.sources[id as usize].as_mut() {
@@ -433,7 +431,14 @@ impl Store {
         let target_info = render_labels(&normalize_labels(info));
         let fleet_job = (!self.sum_over.iter().any(|k| k == "service.name")).then_some(job);
         let source = Source {
-            resource: attrs.to_vec(),
+            resource: attrs
+                .iter()
+                .map(|kv| KeyValue {
+                    key: kv.key.to_owned(),
+                    value: Some(kv.val.to_proto()),
+                    ..Default::default()
+                })
+                .collect(),
             key: key.clone(),
             labels,
             target_info,
@@ -457,10 +462,10 @@ impl Store {
 
     fn metric_id(
         &mut self,
-        m: &OtlpMetric,
+        m: &MetricRef<'_>,
         kind: MetricKind,
     ) -> Result<u32, (RefusalReason, String)> {
-        if let Some(&id) = self.metric_by_name.get(&m.name) {
+        if let Some(&id) = self.metric_by_name.get(m.name) {
             let metric = &self.metrics[id as usize];
             if metric.kind != kind {
                 return Err((
@@ -481,7 +486,7 @@ impl Store {
                 "a metric has an empty name".to_owned(),
             ));
         }
-        let family = higgsmeter_catalog::find(&m.name);
+        let family = higgsmeter_catalog::find(m.name);
         if let Some(f) = family
             && !family_kind_matches(f, kind)
         {
@@ -495,7 +500,7 @@ impl Store {
                 ),
             ));
         }
-        let prom_name = prometheus_name(&m.name, &m.unit, kind, family);
+        let prom_name = prometheus_name(m.name, m.unit, kind, family);
         if is_reserved(&prom_name)
             || family.is_some_and(|f| COLLECTOR_FAMILIES.iter().any(|c| c.name == f.name))
         {
@@ -524,14 +529,14 @@ impl Store {
         }
         let help = match family {
             Some(f) => f.help.to_owned(),
-            None if m.description.is_empty() => m.name.clone(),
-            None => m.description.clone(),
+            None if m.description.is_empty() => m.name.to_owned(),
+            None => m.description.to_owned(),
         };
-        let unit = family.map_or_else(|| m.unit.clone(), |f| f.unit.to_owned());
-        let gauge_agg = self.config.gauge_aggregation(&m.name, &prom_name);
+        let unit = family.map_or_else(|| m.unit.to_owned(), |f| f.unit.to_owned());
+        let gauge_agg = self.config.gauge_aggregation(m.name, &prom_name);
         let id = self.metrics.len() as u32;
         self.metrics.push(Metric {
-            otel_name: m.name.clone(),
+            otel_name: m.name.to_owned(),
             prom_name: prom_name.clone(),
             kind,
             help,
@@ -539,68 +544,9 @@ impl Store {
             gauge_agg,
             series: 0,
         });
-        self.metric_by_name.insert(m.name.clone(), id);
+        self.metric_by_name.insert(m.name.to_owned(), id);
         self.prom_names.insert(prom_name, id);
         Ok(id)
-    }
-
-    fn metric(&mut self, source: u32, m: &OtlpMetric, now: u64, out: &mut Outcome) {
-        let Some(data) = &m.data else { return };
-        let (kind, n) = match data {
-            Data::Sum(s) if s.is_monotonic => (MetricKind::Counter, s.data_points.len()),
-            Data::Sum(s) => (MetricKind::Gauge, s.data_points.len()),
-            Data::Gauge(g) => (MetricKind::Gauge, g.data_points.len()),
-            Data::Histogram(h) => (MetricKind::Histogram, h.data_points.len()),
-            Data::ExponentialHistogram(e) => {
-                out.refuse(RefusalReason::UnsupportedType, e.data_points.len() as u64, || {
-                    format!("metric `{}`: exponential histograms are not supported; configure an explicit-bucket histogram view", m.name)
-                });
-                return;
-            }
-            Data::Summary(s) => {
-                out.refuse(
-                    RefusalReason::UnsupportedType,
-                    s.data_points.len() as u64,
-                    || {
-                        format!(
-                            "metric `{}`: summaries are not supported; send a histogram",
-                            m.name
-                        )
-                    },
-                );
-                return;
-            }
-        };
-        if n == 0 {
-            return;
-        }
-        let metric = match self.metric_id(m, kind) {
-            Ok(id) => id,
-            Err((reason, msg)) => {
-                out.refuse(reason, n as u64, || msg);
-                return;
-            }
-        };
-        match data {
-            Data::Sum(s) => {
-                let delta = s.aggregation_temporality == AggregationTemporality::Delta as i32;
-                for p in &s.data_points {
-                    self.number_point(source, metric, kind, delta, p, now, out);
-                }
-            }
-            Data::Gauge(g) => {
-                for p in &g.data_points {
-                    self.number_point(source, metric, kind, false, p, now, out);
-                }
-            }
-            Data::Histogram(h) => {
-                let delta = h.aggregation_temporality == AggregationTemporality::Delta as i32;
-                for p in &h.data_points {
-                    self.histogram_point(source, metric, delta, p, now, out);
-                }
-            }
-            _ => {}
-        }
     }
 
     /// Finds or creates the per-source series of `attrs`; `bounds` for histograms.
@@ -608,7 +554,7 @@ impl Store {
         &mut self,
         source: u32,
         metric: u32,
-        attrs: &[KeyValue],
+        attrs: &[Kv<'_>],
         bounds: Option<&[f64]>,
         now: u64,
     ) -> Result<u32, (RefusalReason, String)> {
@@ -765,7 +711,7 @@ impl Store {
         metric: u32,
         kind: MetricKind,
         delta: bool,
-        p: &NumberDataPoint,
+        p: &NumberPoint<'_>,
         now: u64,
         out: &mut Outcome,
     ) {
@@ -773,8 +719,7 @@ impl Store {
             return;
         }
         let v = match p.value {
-            Some(number_data_point::Value::AsDouble(d)) => d,
-            Some(number_data_point::Value::AsInt(i)) => i as f64,
+            Some(v) => v,
             None => {
                 let name = &self.metrics[metric as usize].otel_name;
                 out.refuse(RefusalReason::Invalid, 1, || {
@@ -797,7 +742,7 @@ impl Store {
             });
             return;
         }
-        let id = match self.series_for(source, metric, &p.attributes, None, now) {
+        let id = match self.series_for(source, metric, &p.attrs, None, now) {
             Ok(id) => id,
             Err((reason, msg)) => {
                 out.refuse(reason, 1, || msg);
@@ -810,7 +755,7 @@ impl Store {
         s.last_seen = now;
         // A point older than the last one accepted (a retried or reordered export) is
         // stale: it changes nothing. So is an exact repeat of a delta.
-        let (start, time) = (p.start_time_unix_nano, p.time_unix_nano);
+        let (start, time) = (p.start, p.time);
         if time != 0
             && s.time != 0
             && (time < s.time || (delta && time == s.time && start == s.start))
@@ -854,7 +799,7 @@ impl Store {
         source: u32,
         metric: u32,
         delta: bool,
-        p: &HistogramDataPoint,
+        p: &HistPoint<'_>,
         now: u64,
         out: &mut Outcome,
     ) {
@@ -862,11 +807,11 @@ impl Store {
             return;
         }
         let name = &self.metrics[metric as usize].otel_name;
-        let bounds = &p.explicit_bounds;
+        let bounds = &p.bounds;
         let buckets_ok = if bounds.is_empty() {
-            p.bucket_counts.len() <= 1
+            p.counts.len() <= 1
         } else {
-            p.bucket_counts.len() == bounds.len() + 1
+            p.counts.len() == bounds.len() + 1
         };
         if !buckets_ok
             || bounds.windows(2).any(|w| w[0] >= w[1])
@@ -875,17 +820,14 @@ impl Store {
             out.refuse(RefusalReason::Invalid, 1, || {
                 format!(
                     "histogram `{name}`: {} bucket counts for {} bounds (needs bounds + 1), or bounds not finite and increasing",
-                    p.bucket_counts.len(),
+                    p.counts.len(),
                     bounds.len()
                 )
             });
             return;
         }
-        if !p.bucket_counts.is_empty()
-            && p.bucket_counts
-                .iter()
-                .fold(0u64, |a, b| a.saturating_add(*b))
-                != p.count
+        if !p.counts.is_empty()
+            && p.counts.iter().fold(0u64, |a, b| a.saturating_add(*b)) != p.count
         {
             out.refuse(RefusalReason::Invalid, 1, || {
                 format!(
@@ -903,12 +845,12 @@ impl Store {
             return;
         }
         let single = [p.count];
-        let counts: &[u64] = if p.bucket_counts.is_empty() {
+        let counts: &[u64] = if p.counts.is_empty() {
             &single
         } else {
-            &p.bucket_counts
+            &p.counts
         };
-        let id = match self.series_for(source, metric, &p.attributes, Some(bounds), now) {
+        let id = match self.series_for(source, metric, &p.attrs, Some(bounds), now) {
             Ok(id) => id,
             Err((reason, msg)) => {
                 out.refuse(reason, 1, || msg);
@@ -933,7 +875,7 @@ impl Store {
             return;
         };
         s.last_seen = now;
-        let (start, time) = (p.start_time_unix_nano, p.time_unix_nano);
+        let (start, time) = (p.start, p.time);
         if time != 0
             && s.time != 0
             && (time < s.time || (delta && time == s.time && start == s.start))
@@ -1010,13 +952,81 @@ impl Store {
     }
 }
 
-fn point_count(m: &OtlpMetric) -> usize {
-    match &m.data {
-        Some(Data::Sum(s)) => s.data_points.len(),
-        Some(Data::Gauge(g)) => g.data_points.len(),
-        Some(Data::Histogram(h)) => h.data_points.len(),
-        Some(Data::ExponentialHistogram(e)) => e.data_points.len(),
-        Some(Data::Summary(s)) => s.data_points.len(),
-        None => 0,
+/// The second pass: applies a validated request to the store.
+struct Apply<'s, 'a> {
+    store: &'s mut Store,
+    now: u64,
+    out: &'s mut Outcome,
+    resource: Vec<Kv<'a>>,
+    source: Option<u32>,
+    /// The current metric: its id, kind and temporality, or `None` when refused.
+    current: Option<(u32, MetricKind, bool)>,
+}
+
+impl<'a> Visitor<'a> for Apply<'_, 'a> {
+    fn resource(&mut self, attrs: &[Kv<'a>]) {
+        self.resource.clear();
+        self.resource.extend_from_slice(attrs);
+        self.source = None;
+    }
+
+    fn metric(&mut self, m: &MetricRef<'a>) {
+        let n = m.points.len() as u64;
+        self.out.received += n;
+        self.current = None;
+        let (kind, delta) = match m.kind {
+            DataKind::None => return,
+            DataKind::Gauge => (MetricKind::Gauge, false),
+            DataKind::Sum {
+                monotonic: true,
+                delta,
+            } => (MetricKind::Counter, delta),
+            DataKind::Sum {
+                monotonic: false,
+                delta,
+            } => (MetricKind::Gauge, delta),
+            DataKind::Histogram { delta } => (MetricKind::Histogram, delta),
+            DataKind::ExponentialHistogram => {
+                self.out.refuse(RefusalReason::UnsupportedType, n, || {
+                    format!(
+                        "metric `{}`: exponential histograms are not supported; configure an explicit-bucket histogram view",
+                        m.name
+                    )
+                });
+                return;
+            }
+            DataKind::Summary => {
+                self.out.refuse(RefusalReason::UnsupportedType, n, || {
+                    format!(
+                        "metric `{}`: summaries are not supported; send a histogram",
+                        m.name
+                    )
+                });
+                return;
+            }
+        };
+        match self.store.metric_id(m, kind) {
+            Ok(id) => {
+                if self.source.is_none() {
+                    self.source = Some(self.store.source_for(&self.resource, self.now));
+                }
+                self.current = Some((id, kind, delta));
+            }
+            Err((reason, msg)) => self.out.refuse(reason, n, || msg),
+        }
+    }
+
+    fn number(&mut self, p: &NumberPoint<'a>) {
+        if let (Some((metric, kind, delta)), Some(source)) = (self.current, self.source) {
+            self.store
+                .number_point(source, metric, kind, delta, p, self.now, self.out);
+        }
+    }
+
+    fn histogram(&mut self, p: &HistPoint<'a>) {
+        if let (Some((metric, _, delta)), Some(source)) = (self.current, self.source) {
+            self.store
+                .histogram_point(source, metric, delta, p, self.now, self.out);
+        }
     }
 }

@@ -110,8 +110,11 @@ fn histogram(
 }
 
 fn ingest(store: &mut Store, req: &ExportMetricsServiceRequest, now: u64) -> Outcome {
+    use prost::Message as _;
+    let bytes = req.encode_to_vec();
+    super::wire::walk(&bytes, &mut super::wire::Count::default()).expect("valid");
     let mut out = Outcome::default();
-    store.ingest(req, now, &mut out);
+    store.apply(&bytes, now, &mut out).expect("valid");
     out
 }
 

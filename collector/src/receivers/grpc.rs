@@ -2,27 +2,25 @@
 
 use std::sync::Arc;
 
+use bytes::{Buf as _, Bytes};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
     LogsService, LogsServiceServer,
 };
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
-use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
-    MetricsService, MetricsServiceServer,
-};
-use opentelemetry_proto::tonic::collector::metrics::v1::{
-    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
+use prost::Message as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::codec::CompressionEncoding;
+use tonic::codec::{CompressionEncoding, EnabledCompressionEncodings};
+use tonic::codegen::{Body as HttpBody, BoxFuture, Context, Poll, Service, StdError};
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
@@ -30,19 +28,121 @@ use super::{SIGNAL_NOT_SUPPORTED, response};
 use crate::aggregate::Aggregator;
 use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
 
+/// The metrics service, by hand rather than generated: tonic hands it the request's
+/// raw (decompressed) bytes, which the aggregator reads without decoding them into
+/// owned structs (see `aggregate::wire`).
+#[derive(Clone)]
 struct Metrics {
     aggregator: Arc<Aggregator>,
+    max_message: usize,
 }
 
-#[tonic::async_trait]
-impl MetricsService for Metrics {
-    async fn export(
-        &self,
-        request: Request<ExportMetricsServiceRequest>,
-    ) -> Result<Response<ExportMetricsServiceResponse>, Status> {
-        let result = self.aggregator.ingest(request.get_ref(), Transport::Grpc);
-        Ok(Response::new(response(&result)))
+/// Passes request bytes through; encodes responses with prost.
+struct BytesCodec;
+struct ResponseEncoder;
+struct BytesDecoder;
+
+impl tonic::codec::Codec for BytesCodec {
+    type Encode = ExportMetricsServiceResponse;
+    type Decode = Bytes;
+    type Encoder = ResponseEncoder;
+    type Decoder = BytesDecoder;
+    fn encoder(&mut self) -> ResponseEncoder {
+        ResponseEncoder
     }
+    fn decoder(&mut self) -> BytesDecoder {
+        BytesDecoder
+    }
+}
+
+impl tonic::codec::Encoder for ResponseEncoder {
+    type Item = ExportMetricsServiceResponse;
+    type Error = Status;
+    fn encode(
+        &mut self,
+        item: Self::Item,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), Status> {
+        item.encode(dst)
+            .map_err(|e| Status::internal(format!("encoding the response: {e}")))
+    }
+}
+
+impl tonic::codec::Decoder for BytesDecoder {
+    type Item = Bytes;
+    type Error = Status;
+    fn decode(&mut self, src: &mut tonic::codec::DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        let len = src.remaining();
+        Ok(Some(src.copy_to_bytes(len)))
+    }
+}
+
+struct Export(Arc<Aggregator>);
+
+impl tonic::server::UnaryService<Bytes> for Export {
+    type Response = ExportMetricsServiceResponse;
+    type Future = BoxFuture<Response<Self::Response>, Status>;
+    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
+        let aggregator = self.0.clone();
+        Box::pin(async move {
+            match aggregator.ingest_protobuf(request.get_ref(), Transport::Grpc) {
+                Ok(result) => Ok(Response::new(response(&result))),
+                Err(e) => Err(Status::invalid_argument(format!(
+                    "not an OTLP ExportMetricsServiceRequest: {e}"
+                ))),
+            }
+        })
+    }
+}
+
+const EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+
+impl<B> Service<http::Request<B>> for Metrics
+where
+    B: HttpBody + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() != EXPORT_PATH {
+            return Box::pin(async move {
+                let mut response = http::Response::new(tonic::body::Body::default());
+                let headers = response.headers_mut();
+                headers.insert(
+                    Status::GRPC_STATUS,
+                    (tonic::Code::Unimplemented as i32).into(),
+                );
+                headers.insert(
+                    http::header::CONTENT_TYPE,
+                    tonic::metadata::GRPC_CONTENT_TYPE,
+                );
+                Ok(response)
+            });
+        }
+        let aggregator = self.aggregator.clone();
+        let max = self.max_message;
+        Box::pin(async move {
+            let mut accept = EnabledCompressionEncodings::default();
+            accept.enable(CompressionEncoding::Gzip);
+            let mut send = EnabledCompressionEncodings::default();
+            send.enable(CompressionEncoding::Gzip);
+            let mut grpc = tonic::server::Grpc::new(BytesCodec)
+                .apply_compression_config(accept, send)
+                .apply_max_message_size_config(Some(max), None);
+            Ok(grpc.unary(Export(aggregator), req).await)
+        })
+    }
+}
+
+impl tonic::server::NamedService for Metrics {
+    const NAME: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
 }
 
 struct Refuse;
@@ -141,10 +241,10 @@ pub(crate) async fn serve(
     stats: Arc<SelfMetrics>,
     cancel: CancellationToken,
 ) {
-    let metrics = MetricsServiceServer::new(Metrics { aggregator })
-        .accept_compressed(CompressionEncoding::Gzip)
-        .send_compressed(CompressionEncoding::Gzip)
-        .max_decoding_message_size(max_message);
+    let metrics = Metrics {
+        aggregator,
+        max_message,
+    };
     let traces = TraceServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
     let logs = LogsServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
     let layer = tower::ServiceBuilder::new().map_response(move |resp| account(&stats, resp));

@@ -13,7 +13,6 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use prost::Message as _;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -201,26 +200,25 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap, body: Body) 
             );
         }
     };
-    let request = match encoding {
-        Encoding::Protobuf => ExportMetricsServiceRequest::decode(bytes)
+    let result = match encoding {
+        Encoding::Protobuf => state
+            .aggregator
+            .ingest_protobuf(&bytes, Transport::Http)
             .map_err(|e| format!("body is not an OTLP ExportMetricsServiceRequest: {e}")),
         Encoding::Json => serde_json::from_slice::<ExportMetricsServiceRequest>(&bytes)
+            .map(|request| state.aggregator.ingest(&request, Transport::Http))
             .map_err(|e| format!("body is not OTLP/JSON ExportMetricsServiceRequest: {e}")),
     };
-    let request = match request {
-        Ok(r) => r,
-        Err(message) => {
-            return refuse(
-                &state,
-                encoding,
-                StatusCode::BAD_REQUEST,
-                RequestRefusal::Malformed,
-                message,
-            );
-        }
-    };
-    let result = state.aggregator.ingest(&request, Transport::Http);
-    encode(encoding, StatusCode::OK, &response(&result))
+    match result {
+        Ok(result) => encode(encoding, StatusCode::OK, &response(&result)),
+        Err(message) => refuse(
+            &state,
+            encoding,
+            StatusCode::BAD_REQUEST,
+            RequestRefusal::Malformed,
+            message,
+        ),
+    }
 }
 
 async fn unsupported(State(state): State<AppState>, headers: HeaderMap) -> Response {
