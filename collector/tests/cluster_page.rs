@@ -40,16 +40,71 @@ impl Drop for Killed {
     }
 }
 
-/// A source that is no SDK worker: a plain OTLP/HTTP JSON client, pushing every
-/// 200 ms (until dropped, at most two minutes) rank [`GPU_RANK`] in `gpu` with its
-/// growing seconds and the `hw.gpu.utilization` of two devices.
-struct GpuPusher {
+/// A source pushed by [`Pusher`]: its rank, the state it holds, its GPUs' utilisation.
+#[derive(Clone)]
+struct Fake {
+    rank: u32,
+    state: higgsmeter::AppState,
+    gpus: Vec<f64>,
+}
+
+/// Sources that are no SDK workers: a plain OTLP/HTTP JSON client pushes all of them
+/// in one request every 200 ms (until dropped, at most two minutes), each holding its
+/// state (seconds growing with wall-clock time) with its `hw.gpu.utilization` gauges.
+struct Pusher {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl GpuPusher {
-    fn start(http_url: String) -> GpuPusher {
+fn otlp_json(fakes: &[Fake], start_nanos: u128, elapsed: Duration) -> serde_json::Value {
+    let s = |v: &str| serde_json::json!({ "stringValue": v });
+    let now = (start_nanos + elapsed.as_nanos()).to_string();
+    let resources: Vec<_> = fakes
+        .iter()
+        .map(|f| {
+            let gpus: Vec<_> = f
+                .gpus
+                .iter()
+                .enumerate()
+                .map(|(i, u)| {
+                    let id = format!("GPU-{}-{i}", f.rank);
+                    serde_json::json!({
+                        "attributes": [{ "key": "hw.id", "value": s(&id) }],
+                        "timeUnixNano": now, "asDouble": u })
+                })
+                .collect();
+            let activity = serde_json::json!({
+                "name": "worker_activity_time_seconds_total", "unit": "s",
+                "sum": { "aggregationTemporality": 2, "isMonotonic": true, "dataPoints": [{
+                    "attributes": [
+                        { "key": "state", "value": s(f.state.as_str()) },
+                        { "key": "operation", "value": s("hold") } ],
+                    "startTimeUnixNano": start_nanos.to_string(),
+                    "timeUnixNano": now,
+                    "asDouble": elapsed.as_secs_f64() }] } });
+            let current = serde_json::json!({
+                "name": "worker_current_state",
+                "gauge": { "dataPoints": [{
+                    "timeUnixNano": now, "asDouble": f64::from(f.state.code()) }] } });
+            let mut metrics = vec![activity, current];
+            if !gpus.is_empty() {
+                metrics.push(serde_json::json!({
+                    "name": "hw.gpu.utilization", "unit": "1", "gauge": { "dataPoints": gpus } }));
+            }
+            serde_json::json!({
+                "resource": { "attributes": [
+                    { "key": "service.name", "value": s("otlp-json-feeder") },
+                    { "key": "service.instance.id", "value": s(&format!("feeder-{}", f.rank)) },
+                    { "key": "host.name", "value": s("node-b") },
+                    { "key": "rank", "value": { "intValue": f.rank.to_string() } } ] },
+                "scopeMetrics": [{ "metrics": metrics }] })
+        })
+        .collect();
+    serde_json::json!({ "resourceMetrics": resources })
+}
+
+impl Pusher {
+    fn start(http_url: String, fakes: Vec<Fake>) -> Pusher {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -59,62 +114,27 @@ impl GpuPusher {
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
                 .as_nanos();
-            let s = |v: &str| serde_json::json!({ "stringValue": v });
             while !flag.load(Ordering::Relaxed) && started.elapsed() < Duration::from_secs(120) {
-                let now = (start_nanos + started.elapsed().as_nanos()).to_string();
-                let gpus: Vec<_> = GPU_READINGS
-                    .iter()
-                    .enumerate()
-                    .map(|(i, u)| {
-                        let id = format!("GPU-{i}");
-                        serde_json::json!({
-                            "attributes": [{ "key": "hw.id", "value": s(&id) }],
-                            "timeUnixNano": now, "asDouble": u })
-                    })
-                    .collect();
-                let activity = serde_json::json!({
-                    "name": "worker_activity_time_seconds_total", "unit": "s",
-                    "sum": { "aggregationTemporality": 2, "isMonotonic": true, "dataPoints": [{
-                        "attributes": [
-                            { "key": "state", "value": s("gpu") },
-                            { "key": "operation", "value": s("forward") } ],
-                        "startTimeUnixNano": start_nanos.to_string(),
-                        "timeUnixNano": now,
-                        "asDouble": started.elapsed().as_secs_f64() }] } });
-                let current = serde_json::json!({
-                    "name": "worker_current_state",
-                    "gauge": { "dataPoints": [{ "timeUnixNano": now, "asDouble": 3.0 }] } });
-                let gpu = serde_json::json!({
-                    "name": "hw.gpu.utilization", "unit": "1", "gauge": { "dataPoints": gpus } });
-                let resource = serde_json::json!({ "attributes": [
-                    { "key": "service.name", "value": s("gpu-feeder") },
-                    { "key": "service.instance.id", "value": s("gpu-feeder-1") },
-                    { "key": "rank", "value": { "intValue": GPU_RANK.to_string() } } ] });
-                let body = serde_json::json!({ "resourceMetrics": [{
-                    "resource": resource,
-                    "scopeMetrics": [{ "metrics": [activity, current, gpu] }] }] });
+                let body = otlp_json(&fakes, start_nanos, started.elapsed());
                 let resp = client
                     .post(format!("{http_url}/v1/metrics"))
                     .header("content-type", "application/json")
                     .body(body.to_string())
                     .send();
                 if let Ok(r) = resp {
-                    assert!(
-                        r.status().is_success(),
-                        "the collector refused the GPU push"
-                    );
+                    assert!(r.status().is_success(), "the collector refused a push");
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
         });
-        GpuPusher {
+        Pusher {
             stop,
             thread: Some(thread),
         }
     }
 }
 
-impl Drop for GpuPusher {
+impl Drop for Pusher {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
@@ -261,11 +281,15 @@ fn run_chromium(url: &str, extra: &[&str]) -> Output {
     }
 }
 
-/// The DOM after the page ran for `budget_ms` of virtual time.
+/// The DOM after the page ran for `budget_ms` of virtual time in a 1280x900 window.
 fn dump_dom(url: &str, budget_ms: u32) -> String {
     let out = run_chromium(
         url,
-        &[&format!("--virtual-time-budget={budget_ms}"), "--dump-dom"],
+        &[
+            &format!("--virtual-time-budget={budget_ms}"),
+            "--window-size=1280,900",
+            "--dump-dom",
+        ],
     );
     assert!(
         out.status.success(),
@@ -392,7 +416,12 @@ fn cluster_page_in_a_headless_browser() {
     for (rank, state) in FIXED {
         workers.insert(rank, fixed_worker(rank, state, &endpoint));
     }
-    let _gpu = GpuPusher::start(collector.http_url());
+    let fake = Fake {
+        rank: GPU_RANK,
+        state: higgsmeter::AppState::Gpu,
+        gpus: GPU_READINGS.to_vec(),
+    };
+    let _gpu = Pusher::start(collector.http_url(), vec![fake]);
 
     // The served page is the embedded one, self-contained: no external resources.
     let page = collector.scrape("/");
@@ -568,4 +597,72 @@ fn cluster_page_in_a_headless_browser() {
         String::from_utf8_lossy(&out.stderr)
     );
     println!("cluster page screenshot: {}", shot.display());
+}
+
+#[test]
+fn sixty_four_ranks_fit_on_one_screen() {
+    chromium();
+    let collector = CollectorProcess::start(None, &[]);
+    let states = [
+        higgsmeter::AppState::Gpu,
+        higgsmeter::AppState::Io,
+        higgsmeter::AppState::Cpu,
+        higgsmeter::AppState::Idle,
+        higgsmeter::AppState::Warmup,
+    ];
+    let fakes: Vec<Fake> = (0..64u32)
+        .map(|rank| Fake {
+            rank,
+            state: states[rank as usize % states.len()],
+            gpus: if rank % 2 == 0 {
+                vec![f64::from(rank % 10) / 10.0]
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+    let _pusher = Pusher::start(collector.http_url(), fakes.clone());
+    wait_for_or(
+        Duration::from_secs(60),
+        || format!("64 live sources: {}", api(&collector)["fleet"]),
+        || (api(&collector)["fleet"]["live"] == 64).then_some(()),
+    );
+    let url = format!("http://{}/", collector.prometheus);
+    let html = dump_dom(&url, 2500);
+    let rows = tags_with(&html, "class=\"row");
+    let ranks: Vec<String> = rows.iter().map(|r| r["data-rank"].clone()).collect();
+    let want: Vec<String> = (0..64).map(|r: u32| r.to_string()).collect();
+    assert_eq!(ranks, want, "one row per rank, in rank order");
+    for (row, fake) in rows.iter().zip(&fakes) {
+        assert_eq!(row["data-state"], fake.state.as_str(), "{row:?}");
+        let gpu = fake
+            .gpus
+            .first()
+            .map_or(String::new(), |g| format!("{g:.3}"));
+        assert_eq!(row["data-gpu"], gpu, "{row:?}");
+    }
+    let body = tags_with(&html, "data-rows-visible")
+        .into_iter()
+        .next()
+        .unwrap();
+    assert_eq!(
+        body["data-rows-visible"], "64",
+        "every rank fits in a 1280x900 window: {body:?}"
+    );
+    let shot: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster_page_64.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = run_chromium(
+        &url,
+        &[
+            "--virtual-time-budget=2500",
+            "--window-size=1280,900",
+            &format!("--screenshot={}", shot.display()),
+        ],
+    );
+    assert!(
+        out.status.success() && is_png(&shot),
+        "no screenshot at {}",
+        shot.display()
+    );
+    println!("cluster page screenshot (64 ranks): {}", shot.display());
 }
