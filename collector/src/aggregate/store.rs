@@ -182,6 +182,8 @@ pub(crate) struct Store {
     fleet_index: HashMap<(u32, String), u32>,
     pub(crate) static_labels: Vec<(String, String)>,
     sum_over: Vec<String>,
+    /// When series were last forgotten early to make room (0: never).
+    last_eviction: u64,
 }
 
 fn fnv(bytes: &[u8], mut h: u64) -> u64 {
@@ -344,6 +346,7 @@ impl Store {
             fleet_index: HashMap::new(),
             static_labels,
             sum_over,
+            last_eviction: 0,
         }
     }
 
@@ -568,6 +571,25 @@ impl Store {
                 {
                     return Ok(id);
                 }
+            }
+        }
+        let full = |st: &Store| {
+            st.metrics[metric as usize].series >= st.config.max_series_per_metric
+                || st.series_held + st.fleet.len() >= st.config.max_series
+        };
+        // At most once a second: under a flood of new series the scan must not run per point.
+        if full(self)
+            && (self.last_eviction == 0 || now.saturating_sub(self.last_eviction) >= 1_000_000_000)
+        {
+            self.last_eviction = now.max(1);
+            // Series silent past `stale_after` are kept only for reset safety; at the
+            // limit they make room before anything live is refused.
+            let forgotten = self.forget_silent(now, self.stale_after);
+            if forgotten > 0 {
+                tracing::warn!(
+                    forgotten,
+                    "series limit reached: forgot stale series early to make room"
+                );
             }
         }
         let m = &self.metrics[metric as usize];
@@ -916,9 +938,16 @@ impl Store {
     /// Forgets series (and sources) silent for longer than `forget_after`. Counted
     /// contributions stay in the fleet aggregates.
     pub(crate) fn sweep(&mut self, now: u64) {
+        self.forget_silent(now, self.forget_after);
+    }
+
+    /// Forgets series (and then sources) silent for longer than `horizon`; returns how
+    /// many series went.
+    fn forget_silent(&mut self, now: u64, horizon: u64) -> usize {
+        let mut forgotten = 0;
         for id in 0..self.series.len() {
             let forget = match &self.series[id] {
-                Some(s) => now.saturating_sub(s.last_seen) > self.forget_after,
+                Some(s) => now.saturating_sub(s.last_seen) > horizon,
                 None => false,
             };
             if !forget {
@@ -937,6 +966,7 @@ impl Store {
                     src.series -= 1;
                 }
                 self.free_series.push(id as u32);
+                forgotten += 1;
             }
         }
         for id in 0..self.sources.len() {
@@ -949,6 +979,7 @@ impl Store {
                 self.free_sources.push(id as u32);
             }
         }
+        forgotten
     }
 }
 

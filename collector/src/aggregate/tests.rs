@@ -398,6 +398,40 @@ fn cardinality_is_bounded() {
 }
 
 #[test]
+fn stale_series_make_room_at_the_limit_and_their_counts_stay() {
+    let mut cfg = config();
+    cfg.max_series_per_metric = 3;
+    let mut s = Store::new(cfg);
+    let points = |n: u32| {
+        (0..n)
+            .map(|i| point(vec![kv("i", &i.to_string())], 1, 2, 1.0))
+            .collect::<Vec<_>>()
+    };
+    let out = ingest(
+        &mut s,
+        &request(worker(0), vec![counter("c", true, points(3))]),
+        SEC,
+    );
+    assert_eq!(out.refused_total(), 0);
+    // Rank 0 dies; rank 1 arrives after stale_after (5 s): rank 0's series make room.
+    let out = ingest(
+        &mut s,
+        &request(worker(1), vec![counter("c", true, points(3))]),
+        10 * SEC,
+    );
+    assert_eq!(out.refused_total(), 0);
+    assert_eq!(s.series_held(), 3);
+    assert_eq!(fleet_counter(&s, "c"), 6.0);
+    // Live series are never evicted: a third rank at once is refused.
+    let out = ingest(
+        &mut s,
+        &request(worker(2), vec![counter("c", true, points(1))]),
+        10 * SEC,
+    );
+    assert_eq!(out.refused[RefusalReason::Cardinality as usize], 1);
+}
+
+#[test]
 fn static_labels_and_sanitising() {
     let mut cfg = config();
     cfg.static_labels
