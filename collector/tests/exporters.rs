@@ -255,3 +255,20 @@ fn demo_runs_ranks_and_stops_on_its_own() {
         );
     }
 }
+
+#[test]
+fn include_sources_pushes_each_source_under_its_own_resource() {
+    let upstream = CollectorProcess::start(None, &[]);
+    let config = format!(
+        "exporters:\n  prometheus:\n  otlphttp:\n    endpoint: {}\n    interval: 100ms\n    compression: none\n    include_sources: true\n",
+        upstream.http_url()
+    );
+    let edge = CollectorProcess::start(Some(&config), &[]);
+    feed(&edge, 9.0);
+    let sources = wait_for(Duration::from_secs(20), "the feeder's own series upstream", || {
+        let s = upstream.sources();
+        (sum(&s, "steps_total", &[("job", "feeder"), ("rank", "3")]) == 9.0).then_some(s)
+    });
+    // The edge's fleet view arrives too, as the edge's own source.
+    assert_eq!(sum(&sources, "steps_total", &[("job", "higgsmeter-collector"), ("exported_job", "feeder")]), 9.0);
+}
