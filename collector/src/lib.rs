@@ -33,8 +33,9 @@
 //!   never decreasing; gauges summed (or max/min/last by rule) over live sources, or
 //!   kept per source (`worker_current_state`) with `worker_sources_in_state` derived.
 //!   `/metrics/sources` is the per-source view of every family.
-//! - **Exporters**: Prometheus text on `127.0.0.1:9464`, OTLP push (`exporters.otlp`,
-//!   `exporters.otlphttp`) with a bounded queue and backoff.
+//! - **Exporters**: Prometheus text on `127.0.0.1:9464` (OpenMetrics when the scraper
+//!   asks for it), OTLP push (`exporters.otlp`, `exporters.otlphttp`) with a bounded
+//!   queue and backoff.
 //! - **Bad input** gets an OTLP error or partial success and is counted in the
 //!   collector's own metrics (`higgsmeter_collector_*`, listed in the catalog).
 //!
