@@ -182,17 +182,54 @@ impl Aggregator {
     }
 }
 
-/// One kept sample of a source: when, and its seconds per state then.
+/// One kept sample of a source: when, and its seconds per state then (by the index
+/// of the state in its ring's `names`; missing at the end for states seen later).
 #[derive(Debug, Clone, PartialEq)]
 struct Sample {
     at: u64,
-    seconds: Vec<(String, f64)>,
+    seconds: Vec<f64>,
+}
+
+/// One source's recent samples. State names are held once per ring, not per sample.
+#[derive(Debug, Default)]
+struct Ring {
+    names: Vec<String>,
+    samples: VecDeque<Sample>,
+}
+
+impl Ring {
+    /// `sample` as `(state, seconds)` pairs.
+    fn pairs(&self, sample: &Sample) -> Vec<(String, f64)> {
+        self.names
+            .iter()
+            .zip(&sample.seconds)
+            .map(|(n, v)| (n.clone(), *v))
+            .collect()
+    }
+
+    /// Keeps `seconds` as the sample at `at`.
+    fn push(&mut self, at: u64, seconds: &[(String, f64)]) {
+        let mut values = vec![0.0; self.names.len()];
+        for (state, v) in seconds {
+            match self.names.iter().position(|n| n == state) {
+                Some(i) => values[i] += v,
+                None => {
+                    self.names.push(state.clone());
+                    values.push(*v);
+                }
+            }
+        }
+        self.samples.push_back(Sample {
+            at,
+            seconds: values,
+        });
+    }
 }
 
 /// Per-source rings of recent samples, for the share over the last minute.
 #[derive(Debug, Default)]
 pub(crate) struct ClusterHistory {
-    rings: HashMap<String, VecDeque<Sample>>,
+    rings: HashMap<String, Ring>,
 }
 
 fn seconds_of(seconds: &[(String, f64)], state: &str) -> f64 {
@@ -212,7 +249,8 @@ fn restarted(base: &[(String, f64)], now: &[(String, f64)]) -> bool {
             .any(|(k, v)| *v > 0.0 && !now.iter().any(|(n, _)| n == k))
 }
 
-/// The share per state of the growth from `base` to `now`; `None` when nothing grew or a counter went down (the source restarted).
+/// The share per state of the growth from `base` to `now`; `None` when nothing grew
+/// or a counter went down (the source restarted).
 pub(crate) fn share_between(
     base: &[(String, f64)],
     now: &[(String, f64)],
@@ -247,31 +285,30 @@ impl ClusterHistory {
         for s in reading.sources.iter().filter(|s| s.live) {
             let ring = self.rings.entry(s.key.clone()).or_default();
             // A restart (a counter went down) starts the ring over.
-            if let Some(last) = ring.back()
-                && restarted(&last.seconds, &s.seconds_by_state)
+            if let Some(last) = ring.samples.back()
+                && restarted(&ring.pairs(last), &s.seconds_by_state)
             {
-                ring.clear();
+                *ring = Ring::default();
             }
             if ring
+                .samples
                 .back()
                 .is_some_and(|last| now.saturating_sub(last.at) < MIN_SPACING)
             {
                 continue;
             }
-            ring.push_back(Sample {
-                at: now,
-                seconds: s.seconds_by_state.clone(),
-            });
+            ring.push(now, &s.seconds_by_state);
+            let samples = &mut ring.samples;
             // Keep one sample at least WINDOW old (the baseline), none older.
-            while ring.len() > 1
-                && ring
+            while samples.len() > 1
+                && samples
                     .get(1)
                     .is_some_and(|next| now.saturating_sub(next.at) >= WINDOW)
             {
-                ring.pop_front();
+                samples.pop_front();
             }
-            while ring.len() > RING_CAPACITY {
-                ring.pop_front();
+            while samples.len() > RING_CAPACITY {
+                samples.pop_front();
             }
         }
     }
@@ -279,7 +316,7 @@ impl ClusterHistory {
     /// Samples held, over all sources.
     #[cfg(test)]
     pub(crate) fn samples_held(&self) -> usize {
-        self.rings.values().map(VecDeque::len).sum()
+        self.rings.values().map(|r| r.samples.len()).sum()
     }
 
     /// The share per state over the last minute for `source` read at `now`, and the
@@ -293,14 +330,15 @@ impl ClusterHistory {
         let cutoff = now.saturating_sub(WINDOW);
         // The newest sample at least WINDOW old, else the oldest one.
         let base = ring
+            .samples
             .iter()
             .rev()
             .find(|s| s.at <= cutoff)
-            .or_else(|| ring.front())?;
+            .or_else(|| ring.samples.front())?;
         if base.at >= now {
             return None;
         }
-        let share = share_between(&base.seconds, &source.seconds_by_state)?;
+        let share = share_between(&ring.pairs(base), &source.seconds_by_state)?;
         Some((share, (now - base.at) as f64 / NANOS))
     }
 }
@@ -652,6 +690,18 @@ mod tests {
     }
 
     #[test]
+    fn states_first_seen_later_count_from_zero() {
+        let mut h = ClusterHistory::default();
+        h.record(&reading(0, &[("gpu", 0.0)]));
+        h.record(&reading(S, &[("gpu", 1.0), ("io", 0.0)]));
+        h.record(&reading(2 * S, &[("gpu", 1.0), ("io", 1.0), ("cpu", 2.0)]));
+        let r = reading(4 * S, &[("gpu", 1.0), ("io", 1.0), ("cpu", 2.0)]);
+        let (share, span) = h.last_minute(&r.sources[0], r.now).unwrap();
+        assert_eq!(span, 4.0);
+        assert_eq!(share, pairs(&[("gpu", 0.25), ("io", 0.25), ("cpu", 0.5)]));
+    }
+
+    #[test]
     fn a_restart_starts_the_ring_over() {
         let mut h = ClusterHistory::default();
         for t in 0..10u64 {
@@ -730,6 +780,46 @@ mod tests {
         assert!((fleet["gpu_utilization_mean"].as_f64().unwrap() - 0.6).abs() < 1e-12);
         assert_eq!(json["uptime_s"].as_f64().unwrap(), r.now as f64 / 1e9);
         assert_eq!(json["states"][0], "gpu");
+    }
+
+    #[test]
+    fn a_stale_source_is_listed_but_not_counted() {
+        let mut h = ClusterHistory::default();
+        let mut two = reading(0, &[("gpu", 1.0)]);
+        let mut other = two.sources[0].clone();
+        other.key = "rank=1".into();
+        other.rank = Some("1".into());
+        other.state_code = Some(1);
+        other.seconds_by_state = pairs(&[("io", 5.0)]);
+        other.gpu_utilization = Some(0.9);
+        other.gpu_devices = 1;
+        two.sources.push(other);
+        h.record(&two);
+        two.now = 3 * S;
+        two.sources[0].seconds_by_state = pairs(&[("gpu", 4.0)]);
+        two.sources[1].live = false;
+        two.sources[1].since_seen = 3 * S;
+        let json = cluster_json(&two, &h);
+        let stale = &json["sources"][1];
+        assert_eq!(stale["live"], false);
+        assert_eq!(stale["share_last_minute"], Json::Null);
+        assert_eq!(stale["seen_s_ago"], 3.0);
+        assert_eq!(json["fleet"]["sources"], 2);
+        assert_eq!(json["fleet"]["live"], 1);
+        assert_eq!(json["fleet"]["in_state"], serde_json::json!({ "gpu": 1 }));
+        assert_eq!(
+            json["fleet"]["seconds_by_state"],
+            serde_json::json!({ "gpu": 4.0 })
+        );
+        assert_eq!(
+            json["fleet"]["share_last_minute"],
+            serde_json::json!({ "gpu": 1.0 })
+        );
+        assert_eq!(json["fleet"]["gpu_utilization_mean"], Json::Null);
+        assert_eq!(json["sources"][0]["last_minute_s"], 3.0);
+        // Its ring is dropped at the next sample.
+        h.record(&two);
+        assert_eq!(h.rings.len(), 1);
     }
 
     #[test]
