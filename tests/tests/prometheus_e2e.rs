@@ -260,8 +260,24 @@ fn seed_queries_rules_and_dashboard_against_real_prometheus() {
             ))
         });
     }
-    // And the rules have been evaluated on it.
-    std::thread::sleep(Duration::from_millis(1500));
+    // And every recording rule checked below has been evaluated on that scrape.
+    let scraped = prom.scalar("max(timestamp(up))").unwrap();
+    for rule in [
+        "higgsmeter:worker_state:ratio5m",
+        "higgsmeter:worker_gpu:ratio5m",
+        "higgsmeter:worker_idle:ratio5m",
+        "higgsmeter:rank_gpu:ratio5m",
+        "higgsmeter:rank_idle:ratio5m",
+    ] {
+        eventually(40, || {
+            let evaluated = prom
+                .scalar(&format!("min(timestamp({rule}))"))
+                .map_err(|e| e.to_string())?;
+            (evaluated > scraped).then_some(()).ok_or(format!(
+                "{rule} evaluated at {evaluated}, last scrape at {scraped}"
+            ))
+        });
+    }
 
     check_totals(&prom, &truth);
     check_seed_queries_as_printed(&prom);
@@ -880,7 +896,16 @@ fn killed_worker_alerts_and_restarted_rank_keeps_the_fleet_counting() {
         }
     });
     let fleet_sum = format!("sum({W}{{{FLEET}}})");
-    let before = prom.scalar(&fleet_sum).unwrap();
+    // The fleet job is scraped at its own offset: wait for it to have both ranks too.
+    let before = eventually(40, || {
+        let by_rank = prom
+            .query(&format!("worker_current_state{{{FLEET}}}"))
+            .map_err(|e| e.to_string())?;
+        if by_rank.len() != 2 {
+            return Err(format!("fleet view: {by_rank:?}"));
+        }
+        prom.scalar(&fleet_sum).map_err(|e| e.to_string())
+    });
 
     // Kill rank 1 without a chance to reach shutdown.
     workers[1].process.child().kill().unwrap();
