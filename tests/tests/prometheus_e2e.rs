@@ -30,8 +30,8 @@ use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
 use higgsmeter_e2e::{
-    ChildGuard, Collector, GroundTruth, PromClient, Prometheus, SERVICE_NAME, SyntheticGpu,
-    WORKLOADS, collector_binary, line_reader, repo_root, wait_line,
+    ChildGuard, Collector, EXPORT_INTERVAL, GroundTruth, PromClient, Prometheus, SERVICE_NAME,
+    SyntheticGpu, WORKLOADS, collector_binary, line_reader, repo_root, wait_line,
 };
 
 const W: &str = "worker_activity_time_seconds_total";
@@ -289,6 +289,7 @@ fn seed_queries_rules_and_dashboard_against_real_prometheus() {
     check_io_breakdown_per_rank(&prom, &truth);
     check_top5(&prom, FLEET_MATCHER, &truth);
     check_top5(&seed, "", &truth);
+    check_top5_per_rank(&prom, &truth);
     check_engine_families(&prom, &truth);
 
     assert!(
@@ -628,6 +629,44 @@ fn check_top5(prom: &PromClient, fleet: &str, truth: &[GroundTruth]) {
             totals[&key(s)] / top_want,
             0.03,
         );
+    }
+}
+
+/// The top 5 per rank, from the per-source view: for each rank, the five pairs returned
+/// are the rank's five largest by its own totals. Working pairs are visible to the
+/// microsecond (primed); `startup` starts counting before its series' first sample, so
+/// Prometheus may see up to one push and one scrape interval less of it.
+fn check_top5_per_rank(prom: &PromClient, truth: &[GroundTruth]) {
+    let query =
+        format!("topk by (rank) (5, sum by (rank, operation, state) (rate({W}{{{SOURCES}}}[5m])))");
+    let got = prom.query(&query).unwrap();
+    let unseen_startup = EXPORT_INTERVAL.as_secs_f64() + 1.0;
+    for t in truth {
+        let rank = t.rank.to_string();
+        let chosen: BTreeSet<_> = got
+            .iter()
+            .filter(|s| s.label("rank") == rank)
+            .map(key)
+            .collect();
+        assert_eq!(chosen.len(), 5, "rank {rank}: {query}: {got:?}");
+        let least_chosen = chosen
+            .iter()
+            .map(|k| t.seconds(&k.0, &k.1))
+            .fold(f64::MAX, f64::min);
+        for e in &t.entries {
+            if chosen.contains(&(e.state.clone(), e.operation.clone())) {
+                continue;
+            }
+            let visible_at_least = if e.state == "startup" {
+                e.seconds - unseen_startup
+            } else {
+                e.seconds
+            };
+            assert!(
+                least_chosen >= visible_at_least - 0.05,
+                "rank {rank}: {query} chose {chosen:?} (least {least_chosen} s) over {e:?}"
+            );
+        }
     }
 }
 
