@@ -142,6 +142,7 @@ for (label, proto, rate), rs in groups.items():
     summary[(label, proto, rate)] = {
         "n": len(rs),
         "pps": med([r["accepted_points_per_s"] for r in rs]),
+        "ppc": med([r["accepted_points_per_s"] / (tgt(r, "cpu_percent") / 100) if tgt(r, "cpu_percent") else None for r in rs]),
         "p50": med([r["latency_p50_ms"] for r in rs]),
         "p99": med([r["latency_p99_ms"] for r in rs]),
         "cpu": med([tgt(r, "cpu_percent") for r in rs]),
@@ -152,8 +153,8 @@ for (label, proto, rate), rs in groups.items():
         "load": " / ".join(r["loadavg_at_start"].split()[0] for r in rs),
     }
 def f(v, fmt): return "n/a" if v is None else fmt.format(v)
-print("| peer | protocol | load | accepted points/s | vs rotel | p50 / p99 ms | target CPU % | target RSS MiB (max) | loadgen CPU % | other CPU % | load avg (1 min) |")
-print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+print("| peer | protocol | load | accepted points/s | vs rotel | points per target CPU-second | p50 / p99 ms | target CPU % | target RSS MiB (max) | loadgen CPU % | other CPU % | load avg (1 min) |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 for (label, proto, rate), s in summary.items():
     ref = summary.get(("rotel", proto, rate))
     ratio = ""
@@ -164,7 +165,7 @@ for (label, proto, rate), s in summary.items():
             ratio = f'CPU {s["cpu"] / ref["cpu"]:.2f}x'
     load = "max" if rate is None else f"{rate:.0f}/s"
     n = "" if s["n"] == 1 else f' (median of {s["n"]})'
-    print(f'| {label} | {proto} | {load} | {s["pps"]:,.0f}{n} | {ratio} | '
+    print(f'| {label} | {proto} | {load} | {s["pps"]:,.0f}{n} | {ratio} | {f(s["ppc"], "{:,.0f}")} | '
           f'{f(s["p50"], "{:.1f}")} / {f(s["p99"], "{:.1f}")} | {f(s["cpu"], "{:.0f}")} | '
           f'{f(s["rss"], "{:.1f}")} ({f(s["rss_max"], "{:.1f}")}) | {f(s["lg"], "{:.0f}")} | {f(s["other"], "{:.0f}")} | {s["load"]} |')
 for r in rows:
