@@ -318,7 +318,7 @@ pub fn collector_binary() -> anyhow::Result<PathBuf> {
         "higgsmeter-collector",
         "--bin",
         "higgsmeter-collector",
-        "--message-format=json",
+        "--message-format=json-render-diagnostics",
     ]);
     let release = std::env::current_exe()
         .map(|p| p.components().any(|c| c.as_os_str() == "release"))
@@ -331,7 +331,11 @@ pub fn collector_binary() -> anyhow::Result<PathBuf> {
         .output()
         .context("running cargo build -p higgsmeter-collector")?;
     if !out.status.success() {
-        bail!("cargo build -p higgsmeter-collector failed: {}", out.status);
+        bail!(
+            "cargo build -p higgsmeter-collector failed ({}); to test against a collector \
+             built elsewhere, set HIGGSMETER_COLLECTOR_BIN to its path",
+            out.status
+        );
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
     for line in stdout.lines() {
