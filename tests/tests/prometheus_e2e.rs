@@ -21,161 +21,18 @@
 //! checked to the microsecond. `E2E_VERBOSE=1` prints every comparison's margin.
 #![allow(clippy::unwrap_used, reason = "test code")]
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
 
+use support::*;
+
 use higgsmeter_e2e::{
-    ChildGuard, Collector, EXPORT_INTERVAL, GroundTruth, PromClient, Prometheus, SERVICE_NAME,
-    SyntheticGpu, WORKLOADS, collector_binary, line_reader, repo_root, wait_line,
+    Collector, EXPORT_INTERVAL, GroundTruth, PromClient, Prometheus, SERVICE_NAME, SyntheticGpu,
+    WORKLOADS, collector_binary, repo_root, wait_line,
 };
-
-const W: &str = "worker_activity_time_seconds_total";
-const FLEET: &str = r#"job="higgsmeter""#;
-/// [`FLEET`] as the first matcher of a longer list.
-const FLEET_MATCHER: &str = r#"job="higgsmeter","#;
-const SOURCES: &str = r#"job="higgsmeter_sources""#;
-const WORKING: &str = r#"state!~"startup|warmup|shutdown""#;
-/// Shares (0..1) are checked within this much.
-const SHARE_TOLERANCE: f64 = 0.005;
-
-/// A temporary directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let nanos = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let dir =
-            std::env::temp_dir().join(format!("higgsmeter-e2e-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The shipped otel-config/prometheus.yml, pointed at this collector, with 1 s scrape
-/// and rule intervals and absolute rule-file paths.
-fn prometheus_config(target: SocketAddr) -> String {
-    let shipped = std::fs::read_to_string(repo_root().join("otel-config/prometheus.yml")).unwrap();
-    let rules = repo_root().join("otel-config/rules");
-    let mut config = shipped;
-    for (from, to, count) in [
-        ("scrape_interval: 5s", "scrape_interval: 1s".to_owned(), 1),
-        (
-            "evaluation_interval: 5s",
-            "evaluation_interval: 1s".to_owned(),
-            1,
-        ),
-        (
-            r#"targets: ["127.0.0.1:9464"]"#,
-            format!(r#"targets: ["{target}"]"#),
-            2,
-        ),
-        ("  - rules/", format!("  - {}/", rules.display()), 2),
-    ] {
-        assert_eq!(
-            config.matches(from).count(),
-            count,
-            "otel-config/prometheus.yml changed shape: {from:?}"
-        );
-        config = config.replace(from, &to);
-    }
-    config
-}
-
-/// A Prometheus config with a single job scraping the collector's fleet view.
-fn fleet_only_config(target: SocketAddr) -> String {
-    format!(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-         scrape_configs:\n  - job_name: workers\n    metrics_path: /metrics\n\
-         \x20   static_configs:\n      - targets: [\"{target}\"]\n"
-    )
-}
-
-struct Worker {
-    process: ChildGuard,
-    lines: mpsc::Receiver<String>,
-    truth_path: PathBuf,
-}
-
-fn spawn_worker(rank: usize, endpoint: &str, dir: &Path, extra: &[&str]) -> Worker {
-    let truth_path = dir.join(format!("truth-{rank}.json"));
-    let mut process = ChildGuard::spawn(
-        format!("e2e-worker rank {rank}"),
-        Command::new(env!("CARGO_BIN_EXE_e2e-worker"))
-            .args(["--rank", &rank.to_string(), "--endpoint", endpoint])
-            .args(extra)
-            .arg("--ground-truth")
-            .arg(&truth_path)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit()),
-    )
-    .unwrap();
-    let lines = line_reader(process.child().stdout.take().unwrap());
-    Worker {
-        process,
-        lines,
-        truth_path,
-    }
-}
-
-/// Polls `check` (bounded: `tries` × 250 ms) until it returns `Ok`; returns the last
-/// error otherwise.
-fn eventually<T>(tries: u32, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let mut last = String::new();
-    for _ in 0..tries {
-        match check() {
-            Ok(v) => return v,
-            Err(e) => last = e,
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    panic!("not reached after {tries} tries: {last}");
-}
-
-fn close(what: &str, got: f64, want: f64, tolerance: f64) {
-    if std::env::var_os("E2E_VERBOSE").is_some() {
-        eprintln!("MARGIN {:.4} of {tolerance}: {what}", (got - want).abs());
-    }
-    assert!(
-        (got - want).abs() <= tolerance,
-        "{what}: Prometheus says {got}, the workers recorded {want} (tolerance {tolerance})"
-    );
-}
-
-fn code(state: &str) -> f64 {
-    f64::from(higgsmeter::AppState::parse(state).unwrap().code())
-}
-
-/// Fleet totals over all workers: (state, operation) → seconds.
-fn fleet_totals(truth: &[GroundTruth]) -> BTreeMap<(String, String), f64> {
-    let mut out = BTreeMap::new();
-    for t in truth {
-        for e in &t.entries {
-            *out.entry((e.state.clone(), e.operation.clone()))
-                .or_insert(0.0) += e.seconds;
-        }
-    }
-    out
-}
-
-fn key(s: &higgsmeter_e2e::Sample) -> (String, String) {
-    (s.label("state").to_owned(), s.label("operation").to_owned())
-}
 
 #[test]
 fn seed_queries_rules_and_dashboard_against_real_prometheus() {
@@ -201,14 +58,8 @@ fn seed_queries_rules_and_dashboard_against_real_prometheus() {
     // Prometheus scrapes its first targets only after its discovery settles (about
     // 5 s): wait for a scrape of both views before any worker starts, so every series
     // is seen from its first instant.
-    for (client, jobs) in [(&prom, 2), (&seed, 1)] {
-        eventually(120, || {
-            let up = client.by_label("up", "job").map_err(|e| e.to_string())?;
-            (up.len() == jobs && up.values().all(|&v| v == 1.0))
-                .then_some(())
-                .ok_or(format!("up: {up:?}"))
-        });
-    }
+    wait_scraped(&prom, 2);
+    wait_scraped(&seed, 1);
 
     let endpoint = format!("http://{}", collector.grpc);
     let mut workers: Vec<Worker> = (0..WORKLOADS.len())
@@ -776,20 +627,8 @@ fn check_dashboard(prom: &PromClient) {
             and hw_gpu_session_active_time_seconds_total instead of the catalog names"]
 fn gpu_families_and_rules_against_real_prometheus() {
     let tmp = TempDir::new();
-    let binary = collector_binary().unwrap();
-    let collector = Collector::start(&binary).unwrap();
-    let prometheus = Prometheus::start(
-        &tmp.0.join("prometheus"),
-        &prometheus_config(collector.prometheus),
-    )
-    .unwrap();
+    let (collector, prometheus) = start_stack(&tmp);
     let prom = prometheus.client();
-    eventually(120, || {
-        let up = prom.by_label("up", "job").map_err(|e| e.to_string())?;
-        (up.len() == 2 && up.values().all(|&v| v == 1.0))
-            .then_some(())
-            .ok_or(format!("up: {up:?}"))
-    });
     let endpoint = format!("http://{}", collector.grpc);
     let mut workers: Vec<Worker> = (0..2)
         .map(|rank| spawn_worker(rank, &endpoint, &tmp.0, &["--steady-secs", "4"]))
@@ -906,20 +745,8 @@ fn gpu_families_and_rules_against_real_prometheus() {
 #[test]
 fn killed_worker_alerts_and_restarted_rank_keeps_the_fleet_counting() {
     let tmp = TempDir::new();
-    let binary = collector_binary().unwrap();
-    let collector = Collector::start(&binary).unwrap();
-    let prometheus = Prometheus::start(
-        &tmp.0.join("prometheus"),
-        &prometheus_config(collector.prometheus),
-    )
-    .unwrap();
+    let (collector, prometheus) = start_stack(&tmp);
     let prom = prometheus.client();
-    eventually(120, || {
-        let up = prom.by_label("up", "job").map_err(|e| e.to_string())?;
-        (up.len() == 2 && up.values().all(|&v| v == 1.0))
-            .then_some(())
-            .ok_or(format!("up: {up:?}"))
-    });
     let endpoint = format!("http://{}", collector.grpc);
     let long = ["--steady-secs", "120"];
     let mut workers: Vec<Worker> = (0..2)
