@@ -75,7 +75,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use aggregate::{
-    AggregateConfig, Aggregator, GaugeAggregation, GaugeRule, IngestResult, SourceActivity, View,
+    AggregateConfig, Aggregator, DecodeError, GaugeAggregation, GaugeRule, IngestResult,
+    SourceActivity, View,
 };
 pub use config::{Config, Overrides, Plan};
 pub use error::Error;

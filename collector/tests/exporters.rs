@@ -265,10 +265,21 @@ fn include_sources_pushes_each_source_under_its_own_resource() {
     );
     let edge = CollectorProcess::start(Some(&config), &[]);
     feed(&edge, 9.0);
-    let sources = wait_for(Duration::from_secs(20), "the feeder's own series upstream", || {
-        let s = upstream.sources();
-        (sum(&s, "steps_total", &[("job", "feeder"), ("rank", "3")]) == 9.0).then_some(s)
-    });
+    let sources = wait_for(
+        Duration::from_secs(20),
+        "the feeder's own series upstream",
+        || {
+            let s = upstream.sources();
+            (sum(&s, "steps_total", &[("job", "feeder"), ("rank", "3")]) == 9.0).then_some(s)
+        },
+    );
     // The edge's fleet view arrives too, as the edge's own source.
-    assert_eq!(sum(&sources, "steps_total", &[("job", "higgsmeter-collector"), ("exported_job", "feeder")]), 9.0);
+    assert_eq!(
+        sum(
+            &sources,
+            "steps_total",
+            &[("job", "higgsmeter-collector"), ("exported_job", "feeder")]
+        ),
+        9.0
+    );
 }

@@ -24,7 +24,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 pub use config::{AggregateConfig, GaugeAggregation, GaugeRule};
 pub(crate) use store::Outcome;
 use store::{Store, Value};
-pub(crate) use wire::DecodeError;
+pub use wire::DecodeError;
 
 use crate::self_metrics::{SelfMetrics, Transport};
 
@@ -156,6 +156,24 @@ fn instance_id() -> String {
 }
 
 impl Aggregator {
+    /// An aggregator of its own, outside a running collector (to embed the aggregation,
+    /// or to benchmark it): validates `config` first.
+    ///
+    /// ```
+    /// use higgsmeter_collector::{AggregateConfig, Aggregator, Transport, View};
+    /// let aggregator = Aggregator::standalone(AggregateConfig::default())?;
+    /// let result = aggregator.ingest_protobuf(&[], Transport::Http)?; // an empty request
+    /// assert_eq!(result.received, 0);
+    /// assert!(aggregator.render(View::Fleet).contains("higgsmeter_collector_sources 0"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn standalone(config: AggregateConfig) -> Result<Aggregator, crate::Error> {
+        config
+            .validate()
+            .map_err(|(path, message)| crate::Error::Config { path, message })?;
+        Ok(Aggregator::new(config, Arc::new(SelfMetrics::default())))
+    }
+
     /// An empty aggregator (the configuration is assumed validated).
     pub(crate) fn new(config: AggregateConfig, stats: Arc<SelfMetrics>) -> Aggregator {
         Aggregator {
@@ -192,10 +210,11 @@ impl Aggregator {
             })
     }
 
-    /// Reads one protobuf-encoded OTLP export request. The whole request is validated
-    /// first (outside the lock): a malformed one is refused as a whole and changes
-    /// nothing; otherwise refused points are counted and reported.
-    pub(crate) fn ingest_protobuf(
+    /// Reads one protobuf-encoded OTLP `ExportMetricsServiceRequest` (what the
+    /// receivers do with every request). The whole request is validated first
+    /// (outside the lock): a malformed one is refused as a whole and changes nothing;
+    /// otherwise refused points are counted and reported in the result.
+    pub fn ingest_protobuf(
         &self,
         bytes: &[u8],
         transport: Transport,

@@ -209,7 +209,8 @@ pub(crate) fn normalize_labels(mut labels: Vec<(String, String)>) -> Vec<(String
     out
 }
 
-/// Formats a sample value the way Prometheus parses it.
+/// Formats a sample value the way Prometheus parses it (integers without a
+/// fraction, fast; other values in Rust's shortest round-trip form).
 pub(crate) fn format_value(v: f64, out: &mut String) {
     use std::fmt::Write as _;
     if v.is_nan() {
@@ -218,8 +219,30 @@ pub(crate) fn format_value(v: f64, out: &mut String) {
         out.push_str("+Inf");
     } else if v == f64::NEG_INFINITY {
         out.push_str("-Inf");
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        if v < 0.0 {
+            out.push('-');
+        }
+        format_u64(v.abs() as u64, out);
     } else {
         let _ = write!(out, "{v}");
+    }
+}
+
+/// Appends the decimal digits of `n`.
+pub(crate) fn format_u64(mut n: u64, out: &mut String) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &b in &buf[i..] {
+        out.push(char::from(b));
     }
 }
 
@@ -260,6 +283,27 @@ mod tests {
         );
         assert_eq!(prometheus_name("2xx", "", MetricKind::Gauge, None), "_2xx");
         assert_eq!(prometheus_name("a..b", "", MetricKind::Gauge, None), "a_b");
+    }
+
+    #[test]
+    fn values_format_as_prometheus_parses_them() {
+        for (v, want) in [
+            (0.0, "0"),
+            (-0.0, "0"),
+            (3.0, "3"),
+            (-12.0, "-12"),
+            (0.25, "0.25"),
+            (1e20, "100000000000000000000"),
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "+Inf"),
+        ] {
+            let mut s = String::new();
+            format_value(v, &mut s);
+            assert_eq!(s, want);
+        }
+        let mut s = String::new();
+        format_u64(u64::MAX, &mut s);
+        assert_eq!(s, u64::MAX.to_string());
     }
 
     #[test]

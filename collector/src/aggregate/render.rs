@@ -8,7 +8,7 @@ use higgsmeter_catalog::{
 };
 
 use super::config::GaugeAggregation;
-use super::naming::{escape_help, format_value, render_labels};
+use super::naming::{escape_help, format_u64, format_value, render_labels};
 use super::store::{FleetValue, Hist, Store, TARGET_INFO, Value};
 use super::{RefusalReason, View};
 use crate::self_metrics::{ExporterKind, RequestRefusal, SelfMetrics, Transport};
@@ -46,22 +46,54 @@ fn sample(out: &mut String, name: &str, suffix: &str, labels: &str, le: Option<f
     out.push('\n');
 }
 
-fn histogram(out: &mut String, name: &str, labels: &str, h: &Hist) {
-    let mut cumulative = 0u64;
-    for (i, c) in h.counts.iter().enumerate() {
-        cumulative = cumulative.saturating_add(*c);
-        let le = h.bounds.get(i).copied().unwrap_or(f64::INFINITY);
-        sample(out, name, "_bucket", labels, Some(le), cumulative as f64);
+/// The `le` label values of the last bounds rendered (histograms of a metric share
+/// their bounds, and float formatting is the slow part of rendering).
+#[derive(Default)]
+struct LeCache {
+    bounds: Vec<f64>,
+    les: Vec<String>,
+}
+
+impl LeCache {
+    fn les(&mut self, bounds: &[f64]) -> &[String] {
+        if self.bounds != bounds || self.les.len() != bounds.len() + 1 {
+            self.bounds = bounds.to_vec();
+            self.les = bounds
+                .iter()
+                .chain(std::iter::once(&f64::INFINITY))
+                .map(|b| {
+                    let mut s = String::new();
+                    format_value(*b, &mut s);
+                    s
+                })
+                .collect();
+        }
+        &self.les
     }
-    if h.counts.is_empty() {
-        sample(
-            out,
-            name,
-            "_bucket",
-            labels,
-            Some(f64::INFINITY),
-            h.count as f64,
-        );
+}
+
+fn histogram(out: &mut String, name: &str, labels: &str, h: &Hist, cache: &mut LeCache) {
+    let les = cache.les(&h.bounds);
+    let mut cumulative = 0u64;
+    let counts: &[u64] = if h.counts.is_empty() {
+        std::slice::from_ref(&h.count)
+    } else {
+        &h.counts
+    };
+    for (i, c) in counts.iter().enumerate() {
+        cumulative = cumulative.saturating_add(*c);
+        let le = les.get(i).map_or("+Inf", String::as_str);
+        out.push_str(name);
+        out.push_str("_bucket{");
+        out.push_str(labels);
+        if !labels.is_empty() {
+            out.push(',');
+        }
+        out.push_str("le=\"");
+        out.push_str(le);
+        out.push_str("\"} ");
+        format_u64(cumulative, out);
+        out.push('\n');
     }
     sample(out, name, "_sum", labels, None, h.sum);
     sample(out, name, "_count", labels, None, h.count as f64);
@@ -136,6 +168,7 @@ pub(crate) fn render(store: &Store, view: View, now: u64, stats: &SelfMetrics) -
         .filter(|&i| !rows[i].is_empty())
         .collect();
     order.sort_by(|&a, &b| store.metrics[a].prom_name.cmp(&store.metrics[b].prom_name));
+    let mut les = LeCache::default();
     for i in order {
         let metric = &store.metrics[i];
         let samples = &mut rows[i];
@@ -149,7 +182,7 @@ pub(crate) fn render(store: &Store, view: View, now: u64, stats: &SelfMetrics) -
         for (labels, row) in samples.iter() {
             match row {
                 Row::Number(v) => sample(&mut out, &metric.prom_name, "", labels, None, *v),
-                Row::Hist(h) => histogram(&mut out, &metric.prom_name, labels, h),
+                Row::Hist(h) => histogram(&mut out, &metric.prom_name, labels, h, &mut les),
             }
         }
     }

@@ -16,9 +16,11 @@ use std::fmt;
 use opentelemetry_proto::tonic::common::v1::AnyValue;
 use prost::Message as _;
 
-/// Why bytes are not a well-formed `ExportMetricsServiceRequest`.
+/// Why bytes are not a well-formed OTLP `ExportMetricsServiceRequest`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DecodeError(pub(crate) &'static str);
+pub struct DecodeError(pub(crate) &'static str);
+
+impl std::error::Error for DecodeError {}
 
 impl fmt::Display for DecodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -325,6 +327,29 @@ fn repeated_fixed64(r: &mut Reader<'_>, wire: u8, out: &mut Vec<u64>) -> Result<
     Ok(())
 }
 
+fn repeated_double(r: &mut Reader<'_>, wire: u8, out: &mut Vec<f64>) -> Result<()> {
+    match wire {
+        FIXED64 => out.push(f64::from_bits(r.fixed64()?)),
+        LEN => {
+            let packed = r.bytes()?;
+            if packed.len() % 8 != 0 {
+                return Err(DecodeError("packed double field has a partial element"));
+            }
+            out.extend(packed.chunks_exact(8).map(|c| {
+                let mut arr = [0u8; 8];
+                arr.copy_from_slice(c);
+                f64::from_bits(u64::from_le_bytes(arr))
+            }));
+        }
+        _ => {
+            return Err(DecodeError(
+                "a repeated double field has the wrong wire type",
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn hist_point<'a>(buf: &'a [u8], p: &mut HistPoint<'a>) -> Result<()> {
     p.attrs.clear();
     p.counts.clear();
@@ -335,7 +360,6 @@ fn hist_point<'a>(buf: &'a [u8], p: &mut HistPoint<'a>) -> Result<()> {
     p.sum = None;
     p.flags = 0;
     let mut r = Reader::new(buf);
-    let mut bounds_bits = Vec::new();
     while let Some((field, wire)) = r.key()? {
         match field {
             9 => {
@@ -359,12 +383,7 @@ fn hist_point<'a>(buf: &'a [u8], p: &mut HistPoint<'a>) -> Result<()> {
                 p.sum = Some(f64::from_bits(r.fixed64()?));
             }
             6 => repeated_fixed64(&mut r, wire, &mut p.counts)?,
-            7 => {
-                bounds_bits.clear();
-                repeated_fixed64(&mut r, wire, &mut bounds_bits)?;
-                p.bounds
-                    .extend(bounds_bits.iter().map(|b| f64::from_bits(*b)));
-            }
+            7 => repeated_double(&mut r, wire, &mut p.bounds)?,
             10 => {
                 expect(wire, VARINT)?;
                 p.flags = r.varint()? as u32;

@@ -1,0 +1,164 @@
+//! Ingest (the zero-copy reader + aggregation, against a plain prost decode) and
+//! Prometheus rendering. `cargo bench -p higgsmeter-collector --bench ingest`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use higgsmeter_collector::{AggregateConfig, Aggregator, Transport, View};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::metrics::v1::{
+    AggregationTemporality, Histogram, HistogramDataPoint, Metric, NumberDataPoint,
+    ResourceMetrics, ScopeMetrics, Sum, metric::Data, number_data_point,
+};
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use prost::Message as _;
+
+const BOUNDS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+fn kv(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    }
+}
+
+/// One worker's request: 1,000 points, half cumulative sums, half 10-bucket histograms,
+/// 10 series per metric (an `op` attribute), the load generator's shape.
+fn request(worker: usize, round: u64, shard: bool) -> ExportMetricsServiceRequest {
+    let attrs = |i: usize| {
+        let mut a = vec![kv("op", &format!("op{i}"))];
+        if shard {
+            a.push(kv("shard", &worker.to_string()));
+        }
+        a
+    };
+    let mut metrics = Vec::new();
+    for m in 0..50 {
+        let data_points = (0..10)
+            .map(|i| NumberDataPoint {
+                attributes: attrs(i),
+                start_time_unix_nano: 1,
+                time_unix_nano: 10 + round,
+                value: Some(number_data_point::Value::AsDouble(round as f64)),
+                ..Default::default()
+            })
+            .collect();
+        metrics.push(Metric {
+            name: format!("sum_{m}"),
+            data: Some(Data::Sum(Sum {
+                data_points,
+                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                is_monotonic: true,
+            })),
+            ..Default::default()
+        });
+    }
+    for m in 0..50 {
+        let data_points = (0..10)
+            .map(|i| HistogramDataPoint {
+                attributes: attrs(i),
+                start_time_unix_nano: 1,
+                time_unix_nano: 10 + round,
+                count: 11 * round,
+                sum: Some(round as f64),
+                bucket_counts: vec![round; 11],
+                explicit_bounds: BOUNDS.to_vec(),
+                ..Default::default()
+            })
+            .collect();
+        metrics.push(Metric {
+            name: format!("hist_{m}"),
+            unit: "s".into(),
+            data: Some(Data::Histogram(Histogram {
+                data_points,
+                aggregation_temporality: AggregationTemporality::Cumulative as i32,
+            })),
+            ..Default::default()
+        });
+    }
+    let resource = vec![
+        kv("service.name", "bench"),
+        kv(
+            "service.instance.id",
+            &format!("00000000-0000-4000-8000-{worker:012}"),
+        ),
+        kv("host.name", "node-1"),
+        kv("rank", &worker.to_string()),
+    ];
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: resource,
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                metrics,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn ingest(c: &mut Criterion) {
+    let mut group = c.benchmark_group("ingest");
+    group.throughput(Throughput::Elements(1000));
+    let bytes: Vec<Vec<u8>> = (0..64)
+        .map(|w| request(w, 1, false).encode_to_vec())
+        .collect();
+    group.bench_function("prost_decode_only_1000_points", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % bytes.len();
+            black_box(
+                ExportMetricsServiceRequest::decode(&bytes[i][..])
+                    .map(|r| r.resource_metrics.len()),
+            )
+        })
+    });
+    let aggregator = Aggregator::standalone(AggregateConfig::default()).expect("config");
+    for b in &bytes {
+        let _ = aggregator.ingest_protobuf(b, Transport::Grpc);
+    }
+    group.bench_function("ingest_1000_points_64_workers", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % bytes.len();
+            black_box(
+                aggregator
+                    .ingest_protobuf(&bytes[i], Transport::Grpc)
+                    .map(|r| r.received),
+            )
+        })
+    });
+    group.finish();
+}
+
+fn render(c: &mut Criterion) {
+    let mut group = c.benchmark_group("render");
+    group.sample_size(20);
+    // 100 workers x 1,000 distinct series (a `shard` label survives the fleet sum).
+    let config = AggregateConfig {
+        max_series: 1_000_000,
+        max_series_per_metric: 1_000_000,
+        ..AggregateConfig::default()
+    };
+    let aggregator = Aggregator::standalone(config).expect("config");
+    for w in 0..100 {
+        let _ = aggregator.ingest_protobuf(&request(w, 1, true).encode_to_vec(), Transport::Grpc);
+    }
+    group.bench_function("fleet_100k_series", |b| {
+        b.iter(|| black_box(aggregator.render(View::Fleet).len()))
+    });
+    group.bench_function("sources_100k_series", |b| {
+        b.iter(|| black_box(aggregator.render(View::Sources).len()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, ingest, render);
+criterion_main!(benches);
