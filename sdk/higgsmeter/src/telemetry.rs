@@ -359,6 +359,13 @@ fn install_subscriber(
 }
 
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    not(feature = "otlp"),
+    allow(
+        dead_code,
+        reason = "read by the OTLP exporter; without it an endpoint is an error"
+    )
+)]
 pub(crate) struct OtlpSettings {
     pub(crate) endpoint: Option<String>,
     pub(crate) protocol: Protocol,
@@ -685,6 +692,7 @@ impl fmt::Debug for Telemetry {
         f.debug_struct("Telemetry")
             .field("exporting", &self.provider.is_some())
             .field("prometheus_addr", &self.prometheus_addr())
+            .field("prometheus_endpoint", &self.prometheus.is_some())
             .field("gpu_meter", &self.gpu.is_some())
             .field("subscriber_installed", &self.subscriber_installed)
             .finish_non_exhaustive()
