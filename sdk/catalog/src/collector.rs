@@ -65,7 +65,9 @@ pub const COLLECTOR_POINTS_RECEIVED: Family = Family {
 /// `invalid` (a point that breaks the OTLP data model: no value, bucket counts that do
 /// not match the bounds, unsorted bounds), `type_conflict` (a name already used with
 /// another type, or a reserved name), `unsupported_type` (exponential histograms and
-/// summaries), `cardinality` (over the series limits).
+/// summaries), `cardinality` (over the series limits), `out_of_order` (a cumulative
+/// point that started before the series' current start: a late point of an earlier
+/// incarnation, or several processes sharing one resource).
 pub const COLLECTOR_POINTS_REFUSED: Family = Family {
     name: "higgsmeter_collector_points_refused_total",
     kind: Kind::Counter,

@@ -272,7 +272,7 @@ pub const GPU_FAMILIES: &[Family] = &[
 ];
 
 /// The OpenTelemetry instrument name of each GPU family, in [`GPU_FAMILIES`] order.
-const GPU_INSTRUMENT_NAMES: &[&str] = &[
+pub(crate) const GPU_INSTRUMENT_NAMES: &[&str] = &[
     "hw.gpu.utilization",
     "hw.gpu.memory.usage",
     "hw.gpu.memory.limit",

@@ -100,6 +100,25 @@ pub const ALL_FAMILY_GROUPS: &[&[Family]] = &[
     COLLECTOR_FAMILIES,
 ];
 
+/// Looks a family up by the name an OpenTelemetry SDK sends for it: its exposition
+/// name, or for a GPU family its dotted instrument name (`hw.gpu.utilization`).
+///
+/// ```
+/// use higgsmeter_catalog::{find_instrument, HW_GPU_UTILIZATION, WORKER_CURRENT_STATE};
+///
+/// assert_eq!(find_instrument("hw.gpu.utilization"), Some(&HW_GPU_UTILIZATION));
+/// assert_eq!(find_instrument("worker_current_state"), Some(&WORKER_CURRENT_STATE));
+/// assert_eq!(find_instrument("hw.gpu.nonsense"), None);
+/// ```
+pub fn find_instrument(name: &str) -> Option<&'static Family> {
+    find(name).or_else(|| {
+        gpu::GPU_INSTRUMENT_NAMES
+            .iter()
+            .position(|otel| *otel == name)
+            .and_then(|i| GPU_FAMILIES.get(i))
+    })
+}
+
 /// Looks a family up by its exact name across every group of the catalog.
 pub fn find(name: &str) -> Option<&'static Family> {
     ALL_FAMILY_GROUPS
