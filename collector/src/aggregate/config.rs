@@ -162,13 +162,18 @@ impl AggregateConfig {
         {
             return rule.aggregation;
         }
-        if otel_name == higgsmeter_catalog::WORKER_CURRENT_STATE.name {
+        let family = higgsmeter_catalog::find_instrument(otel_name);
+        if family.is_some_and(|f| f.name == higgsmeter_catalog::WORKER_CURRENT_STATE.name) {
             return GaugeAggregation::PerSource;
         }
-        let gpu_gauge = higgsmeter_catalog::GPU_FAMILIES
-            .iter()
-            .any(|f| f.name == otel_name && f.kind == higgsmeter_catalog::Kind::Gauge);
-        if gpu_gauge && !SUMMABLE_GPU_GAUGES.contains(&otel_name) {
+        let gpu_gauge = family.is_some_and(|f| {
+            f.kind == higgsmeter_catalog::Kind::Gauge
+                && higgsmeter_catalog::GPU_FAMILIES
+                    .iter()
+                    .any(|g| g.name == f.name)
+                && !SUMMABLE_GPU_GAUGES.contains(&f.name)
+        });
+        if gpu_gauge {
             return GaugeAggregation::PerSource;
         }
         self.default_gauge_aggregation

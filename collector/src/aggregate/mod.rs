@@ -60,10 +60,11 @@ pub(crate) enum RefusalReason {
     TypeConflict,
     UnsupportedType,
     Cardinality,
+    OutOfOrder,
 }
 
 impl RefusalReason {
-    pub(crate) const COUNT: usize = 7;
+    pub(crate) const COUNT: usize = 8;
     pub(crate) const ALL: [RefusalReason; RefusalReason::COUNT] = [
         RefusalReason::NonFinite,
         RefusalReason::NegativeCounter,
@@ -72,6 +73,7 @@ impl RefusalReason {
         RefusalReason::TypeConflict,
         RefusalReason::UnsupportedType,
         RefusalReason::Cardinality,
+        RefusalReason::OutOfOrder,
     ];
 
     pub(crate) fn as_str(self) -> &'static str {
@@ -83,6 +85,7 @@ impl RefusalReason {
             RefusalReason::TypeConflict => "type_conflict",
             RefusalReason::UnsupportedType => "unsupported_type",
             RefusalReason::Cardinality => "cardinality",
+            RefusalReason::OutOfOrder => "out_of_order",
         }
     }
 }

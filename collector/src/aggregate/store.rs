@@ -489,7 +489,7 @@ impl Store {
                 "a metric has an empty name".to_owned(),
             ));
         }
-        let family = higgsmeter_catalog::find(m.name);
+        let family = higgsmeter_catalog::find_instrument(m.name);
         if let Some(f) = family
             && !family_kind_matches(f, kind)
         {
@@ -784,6 +784,16 @@ impl Store {
         {
             return;
         }
+        if !delta && start != 0 && s.start != 0 && start < s.start {
+            let name = &self.metrics[metric as usize].otel_name;
+            out.refuse(RefusalReason::OutOfOrder, 1, || {
+                format!(
+                    "metric `{name}`: a cumulative point started before the series' current start: a late point of an \
+                     earlier incarnation, or several processes sharing one resource (give each its own service.instance.id)"
+                )
+            });
+            return;
+        }
         let increment = match &mut s.value {
             Value::Counter { value } => {
                 let inc = if delta {
@@ -902,6 +912,16 @@ impl Store {
             && s.time != 0
             && (time < s.time || (delta && time == s.time && start == s.start))
         {
+            return;
+        }
+        if !delta && start != 0 && s.start != 0 && start < s.start {
+            let name = &self.metrics[metric as usize].otel_name;
+            out.refuse(RefusalReason::OutOfOrder, 1, || {
+                format!(
+                    "metric `{name}`: a cumulative point started before the series' current start: a late point of an \
+                     earlier incarnation, or several processes sharing one resource (give each its own service.instance.id)"
+                )
+            });
             return;
         }
         let Value::Histogram(h) = &mut s.value else {

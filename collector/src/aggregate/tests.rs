@@ -255,6 +255,39 @@ fn dead_sources_keep_their_contribution_but_leave_gauges() {
 }
 
 #[test]
+fn dotted_gpu_instrument_names_export_under_their_catalog_name() {
+    let mut s = Store::new(config());
+    for rank in 0..2 {
+        let m = Metric {
+            name: "hw.gpu.utilization".into(),
+            unit: "1".into(),
+            data: Some(Data::Gauge(Gauge {
+                data_points: vec![point(vec![kv("hw.id", "gpu0")], 0, 1, 0.5)],
+            })),
+            ..Default::default()
+        };
+        ingest(&mut s, &request(worker(rank), vec![m]), SEC);
+    }
+    let text = render(&s, View::Fleet, SEC);
+    let name = higgsmeter_catalog::HW_GPU_UTILIZATION.name;
+    assert!(
+        text.contains(&format!(
+            "# HELP {name} {}",
+            higgsmeter_catalog::HW_GPU_UTILIZATION.help
+        )),
+        "{text}"
+    );
+    // Per device, per source: never summed.
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .count(),
+        2,
+        "{text}"
+    );
+}
+
+#[test]
 fn gauge_rules() {
     let mut cfg = config();
     cfg.gauges = vec![
@@ -395,6 +428,34 @@ fn cardinality_is_bounded() {
     assert_eq!(out.refused[RefusalReason::Cardinality as usize], 7);
     assert_eq!(s.series_held(), 3);
     assert_eq!(fleet_counter(&s, "c"), 3.0);
+}
+
+#[test]
+fn two_writers_sharing_a_resource_are_never_counted_twice() {
+    let mut s = Store::new(config());
+    let a = |v: f64, t: u64| {
+        request(
+            worker(0),
+            vec![counter("c", false, vec![point(vec![], 100, t, v)])],
+        )
+    };
+    let b = |v: f64, t: u64| {
+        request(
+            worker(0),
+            vec![counter("c", false, vec![point(vec![], 200, t, v)])],
+        )
+    };
+    ingest(&mut s, &a(10.0, 300), SEC);
+    ingest(&mut s, &b(1.0, 301), SEC); // looks like a restart: counted in full
+    let out = ingest(&mut s, &a(11.0, 302), SEC);
+    assert_eq!(out.refused[RefusalReason::OutOfOrder as usize], 1);
+    assert!(
+        out.first_message
+            .unwrap_or_default()
+            .contains("service.instance.id")
+    );
+    ingest(&mut s, &b(3.0, 303), SEC);
+    assert_eq!(fleet_counter(&s, "c"), 13.0);
 }
 
 #[test]
