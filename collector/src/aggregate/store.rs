@@ -775,13 +775,15 @@ impl Store {
             return;
         };
         s.last_seen = now;
-        // A point older than the last one accepted (a retried or reordered export) is
-        // stale: it changes nothing. So is an exact repeat of a delta.
         let (start, time) = (p.start, p.time);
-        if time != 0
-            && s.time != 0
-            && (time < s.time || (delta && time == s.time && start == s.start))
-        {
+        // A cumulative point older than the series' last one (a retried or reordered
+        // export) changes nothing; a delta point is new data unless it repeats the last.
+        let stale = if delta {
+            time != 0 && time == s.time && start == s.start
+        } else {
+            time != 0 && s.time != 0 && time < s.time
+        };
+        if stale {
             return;
         }
         if !delta && start != 0 && s.start != 0 && start < s.start {
@@ -908,10 +910,14 @@ impl Store {
         };
         s.last_seen = now;
         let (start, time) = (p.start, p.time);
-        if time != 0
-            && s.time != 0
-            && (time < s.time || (delta && time == s.time && start == s.start))
-        {
+        // A cumulative point older than the series' last one (a retried or reordered
+        // export) changes nothing; a delta point is new data unless it repeats the last.
+        let stale = if delta {
+            time != 0 && time == s.time && start == s.start
+        } else {
+            time != 0 && s.time != 0 && time < s.time
+        };
+        if stale {
             return;
         }
         if !delta && start != 0 && s.start != 0 && start < s.start {

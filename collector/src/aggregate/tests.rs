@@ -459,6 +459,22 @@ fn two_writers_sharing_a_resource_are_never_counted_twice() {
 }
 
 #[test]
+fn late_deltas_count_and_repeated_deltas_do_not() {
+    let mut s = Store::new(config());
+    let d = |v: f64, start: u64, t: u64| {
+        request(
+            worker(0),
+            vec![counter("d", true, vec![point(vec![], start, t, v)])],
+        )
+    };
+    ingest(&mut s, &d(1.0, 10, 20), SEC);
+    ingest(&mut s, &d(2.0, 20, 30), SEC);
+    ingest(&mut s, &d(2.0, 20, 30), SEC); // a retry of the last export
+    ingest(&mut s, &d(4.0, 0, 5), SEC); // late, but new data
+    assert_eq!(fleet_counter(&s, "d"), 7.0);
+}
+
+#[test]
 fn stale_series_make_room_at_the_limit_and_their_counts_stay() {
     let mut cfg = config();
     cfg.max_series_per_metric = 3;
