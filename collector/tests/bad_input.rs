@@ -179,6 +179,13 @@ fn bad_http_input_is_refused_counted_and_nothing_accepted_is_lost() {
     assert!(msg.contains("ExportMetricsServiceRequest"), "{msg}");
     let msg = http.refused("text/plain", None, b"hello".to_vec(), 415);
     assert!(msg.contains("application/x-protobuf"), "{msg}");
+    // A well-formed gzip body is accepted.
+    let (status, _) = http.post(
+        "application/x-protobuf",
+        Some("gzip"),
+        gzip(&request("gz", vec![counter("zipped", &[2.0])]).encode_to_vec()),
+    );
+    assert_eq!(status, 200);
     let gz = gzip(&request("a", vec![counter("good", &[50.0])]).encode_to_vec());
     let msg = http.refused(
         "application/x-protobuf",
@@ -262,6 +269,7 @@ fn bad_http_input_is_refused_counted_and_nothing_accepted_is_lost() {
         "accepted data survives bad requests"
     );
     assert_eq!(sum(&fleet, "mixed_total", &[]), 1.0);
+    assert_eq!(sum(&fleet, "zipped_total", &[]), 2.0);
     assert_eq!(sum(&fleet, "lat_count", &[]), 1.0);
     let refused = |reason: &str| {
         sum(
@@ -291,7 +299,7 @@ fn bad_http_input_is_refused_counted_and_nothing_accepted_is_lost() {
             "higgsmeter_collector_requests_total",
             &[("transport", "http")]
         ),
-        13.0
+        14.0
     );
     promtool_check(&collector.scrape("/metrics"));
     promtool_check(&collector.scrape("/metrics/sources"));
