@@ -15,7 +15,7 @@ const BODY: &str = r#"{"resourceMetrics":[{"resource":{"attributes":[
   "scopeMetrics":[{"metrics":[
     {"name":"steps","unit":"{step}","description":"Steps \"done\"\nso far","sum":{"aggregationTemporality":2,"isMonotonic":true,
       "dataPoints":[{"attributes":[{"key":"phase","value":{"stringValue":"a\"b\\c\nd"}}],"startTimeUnixNano":"1","timeUnixNano":"2","asInt":"3"}]}},
-    {"name":"hw_energy","unit":"J","sum":{"aggregationTemporality":2,"isMonotonic":true,
+    {"name":"hw.energy","unit":"J","sum":{"aggregationTemporality":2,"isMonotonic":true,
       "dataPoints":[{"attributes":[{"key":"hw.id","value":{"stringValue":"gpu0"}}],"startTimeUnixNano":"1","timeUnixNano":"2","asDouble":12.5}]}},
     {"name":"queue.depth","gauge":{"dataPoints":[{"timeUnixNano":"2","asDouble":2.5}]}},
     {"name":"worker_current_state","gauge":{"dataPoints":[{"timeUnixNano":"2","asInt":"3"}]}},
@@ -91,9 +91,9 @@ fn both_views_are_valid_text_and_openmetrics() {
             "{text}"
         );
         assert_eq!(
-            sum(&samples, "hw_energy", &[("hw_id", "gpu0")]),
+            sum(&samples, "hw_energy_total", &[("hw_id", "gpu0")]),
             12.5,
-            "catalog names are kept: {text}"
+            "the NVML meter's dotted name gets its catalog name: {text}"
         );
         assert_eq!(
             sum(&samples, "rpc_latency_seconds_bucket", &[("le", "5")]),

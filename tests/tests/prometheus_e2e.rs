@@ -622,9 +622,6 @@ fn check_dashboard(prom: &PromClient) {
 /// The GPU families (the NVML meter's instrument names, from a synthetic GPU per
 /// worker) through the collector and the GPU recording rules.
 #[test]
-#[ignore = "higgsmeter-collector exports the NVML meter's dotted instruments \
-            (hw.gpu.utilization, hw.gpu.session.active_time) as hw_gpu_utilization_ratio \
-            and hw_gpu_session_active_time_seconds_total instead of the catalog names"]
 fn gpu_families_and_rules_against_real_prometheus() {
     let tmp = TempDir::new();
     let (collector, prometheus) = start_stack(&tmp);
@@ -705,7 +702,7 @@ fn gpu_families_and_rules_against_real_prometheus() {
     // The session counter per rank and state, to the microsecond.
     let got = prom
         .query(&format!(
-            "last_over_time(hw_gpu_session_active_time{{{SOURCES}}}[5m])"
+            "last_over_time(hw_gpu_session_active_time_total{{{SOURCES}}}[5m])"
         ))
         .unwrap();
     assert_eq!(got.len(), 4, "{got:?}");

@@ -9,9 +9,13 @@
 //!
 //! [`Family::name`] is, as everywhere in this catalog, the Prometheus exposition name.
 //! The OpenTelemetry instrument is registered under the semantic-conventions name with
-//! dots (`hw.gpu.utilization`), which [`gpu_instrument_name`] returns; an OpenTelemetry
-//! Prometheus exporter turns it into `name` by replacing every `.` with `_` (higgsmeter's
-//! exporters add no unit or `_total` suffix).
+//! dots (`hw.gpu.utilization`), which [`gpu_instrument_name`] returns; `name` is that with
+//! every `.` replaced by `_`, plus `_total` for counters, as the OpenTelemetry-Prometheus
+//! compatibility rules make it, so the name is the same in text and OpenMetrics
+//! exposition. The collector maps the dotted names to these (`find_instrument`). The
+//! SDK's in-process Prometheus endpoint adds no suffix to any name (the activity and
+//! engine names carry theirs already), so there the four GPU counters appear without
+//! `_total`; scrape the collector for the catalog names.
 //!
 //! # Labels
 //!
@@ -87,10 +91,10 @@ pub const HW_POWER: Family = Family {
     buckets: &[],
 };
 
-/// `hw_energy` (counter, joules; OTel `hw.energy` with `hw.type=gpu`): energy consumed
+/// `hw_energy_total` (counter, joules; OTel `hw.energy` with `hw.type=gpu`): energy consumed
 /// since the driver was last loaded (NVML total energy consumption, Volta and newer).
 pub const HW_ENERGY: Family = Family {
-    name: "hw_energy",
+    name: "hw_energy_total",
     kind: Kind::Counter,
     help: "Energy consumed by the GPU since the driver was loaded, in joules",
     unit: "J",
@@ -98,13 +102,13 @@ pub const HW_ENERGY: Family = Family {
     buckets: &[],
 };
 
-/// `hw_errors` (counter; OTel `hw.errors` with `hw.type=gpu`): ECC memory errors since
+/// `hw_errors_total` (counter; OTel `hw.errors` with `hw.type=gpu`): ECC memory errors since
 /// the driver was last loaded (NVML volatile counters).
 ///
 /// Labels: the device labels and `error.type`: `corrected` (single-bit, fixed by ECC) or
 /// `uncorrected` (double-bit; the application saw corrupt data or was killed).
 pub const HW_ERRORS: Family = Family {
-    name: "hw_errors",
+    name: "hw_errors_total",
     kind: Kind::Counter,
     help: "ECC memory errors since the driver was loaded",
     unit: "{error}",
@@ -187,7 +191,7 @@ pub const HW_GPU_PROCESS_MEMORY_USAGE: Family = Family {
     buckets: &[],
 };
 
-/// `hw_gpu_session_active_time` (counter, seconds; higgsmeter extension
+/// `hw_gpu_session_active_time_total` (counter, seconds; higgsmeter extension
 /// `hw.gpu.session.active_time`): seconds the GPU was active (utilisation above the
 /// meter's threshold, default 5 %) since the meter started, split by the worker's state
 /// at sampling time.
@@ -197,7 +201,7 @@ pub const HW_GPU_PROCESS_MEMORY_USAGE: Family = Family {
 /// attributed whole to the reading and the state at its end, so a transition is
 /// misattributed by at most one interval.
 pub const HW_GPU_SESSION_ACTIVE_TIME: Family = Family {
-    name: "hw_gpu_session_active_time",
+    name: "hw_gpu_session_active_time_total",
     kind: Kind::Counter,
     help: "Seconds the GPU was active since the meter started, by worker state at sampling time",
     unit: "s",
@@ -228,10 +232,10 @@ pub const HW_GPU_SESSION_MEMORY_USAGE_PEAK: Family = Family {
     buckets: &[],
 };
 
-/// `hw_gpu_session_samples` (counter; higgsmeter extension `hw.gpu.session.samples`):
+/// `hw_gpu_session_samples_total` (counter; higgsmeter extension `hw.gpu.session.samples`):
 /// samples of the device that had a utilisation reading.
 pub const HW_GPU_SESSION_SAMPLES: Family = Family {
-    name: "hw_gpu_session_samples",
+    name: "hw_gpu_session_samples_total",
     kind: Kind::Counter,
     help: "Samples of the GPU with a utilization reading since the meter started",
     unit: "{sample}",
@@ -318,12 +322,11 @@ mod tests {
         assert_eq!(GPU_FAMILIES.len(), GPU_INSTRUMENT_NAMES.len());
         for (family, otel) in GPU_FAMILIES.iter().zip(GPU_INSTRUMENT_NAMES) {
             assert_eq!(gpu_instrument_name(family), Some(*otel));
-            let prom = otel.bytes().map(|b| if b == b'.' { b'_' } else { b });
-            assert!(
-                prom.eq(family.name.bytes()),
-                "{otel} does not map to {}",
-                family.name
-            );
+            let mut prom = otel.replace('.', "_");
+            if family.kind == Kind::Counter {
+                prom.push_str("_total");
+            }
+            assert_eq!(prom, family.name, "{otel} does not map to {}", family.name);
             assert!(
                 family.labels.starts_with(GPU_DEVICE_LABELS),
                 "{}",
