@@ -15,6 +15,7 @@
 #                               to a decode-only sink, the "forwards" figure)
 #   ROTEL_BIN                   rotel-agent binary (default: found in /tmp/rotel-venv,
 #                               installed there with pip if absent)
+#   COLLECTOR_BIN               a prebuilt higgsmeter-collector (default: built here)
 #   COLLECTOR_ARGS              extra arguments for higgsmeter-collector
 #
 # Every load is bounded (warm-up + duration, `timeout` around each process), all traffic
@@ -38,7 +39,9 @@ cargo build --release -q -p higgsmeter-loadgen
 LG="$TARGET_DIR/release/higgsmeter-loadgen"
 HM=""
 if [[ " $PEERS " == *" higgsmeter "* ]]; then
-    if [[ -f collector/src/main.rs ]] && ! grep -q '^fn main() {}' collector/src/main.rs; then
+    if [[ -n ${COLLECTOR_BIN:-} ]]; then
+        HM=$COLLECTOR_BIN
+    elif [[ -f collector/src/main.rs ]] && ! grep -q '^fn main() {}' collector/src/main.rs; then
         cargo build --release -q -p higgsmeter-collector && HM="$TARGET_DIR/release/higgsmeter-collector"
     else
         echo "higgsmeter-collector: not built yet (collector/src/main.rs is a placeholder); skipped" >&2
