@@ -56,20 +56,23 @@ impl MetricsService for GrpcSink {
 }
 
 /// Serves OTLP/gRPC on `grpc` and, if given, OTLP/HTTP on `http`, for at most `run_for`
-/// or until ctrl-c, then prints what it received.
+/// or until ctrl-c or SIGTERM, then prints what it received.
 pub(crate) async fn run(
     grpc: SocketAddr,
     http: Option<SocketAddr>,
     run_for: Duration,
 ) -> anyhow::Result<()> {
-    let counters = Arc::new(Counters::default());
-    let svc = MetricsServiceServer::new(GrpcSink(counters.clone()))
-        .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
-        .max_decoding_message_size(MAX_MESSAGE);
     let grpc_listener = tokio::net::TcpListener::bind(grpc)
         .await
         .with_context(|| format!("binding the gRPC sink to {grpc}"))?;
-    let incoming = tonic::transport::server::TcpIncoming::from(grpc_listener);
+    let http_listener = match http {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding the HTTP sink to {addr}"))?,
+        ),
+        None => None,
+    };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     let stop = async move {
@@ -79,35 +82,52 @@ pub(crate) async fn run(
             _ = term.recv() => {}
         }
     };
-    let grpc_server = tonic::transport::Server::builder()
-        .add_service(svc)
-        .serve_with_incoming_shutdown(incoming, stop);
-    if let Some(http) = http {
-        let listener = tokio::net::TcpListener::bind(http)
-            .await
-            .with_context(|| format!("binding the HTTP sink to {http}"))?;
-        tokio::spawn(http_accept_loop(listener, counters.clone()));
-    }
     eprintln!(
         "sink: gRPC on {grpc}{}; stops after {} s",
         http.map(|h| format!(", HTTP on {h}/v1/metrics"))
             .unwrap_or_default(),
         run_for.as_secs()
     );
-    grpc_server.await.context("running the gRPC sink")?;
-    eprintln!(
-        "sink: received {} requests, {} points",
-        counters.requests.load(Ordering::Relaxed),
-        counters.points.load(Ordering::Relaxed)
-    );
+    let (requests, points) = serve(grpc_listener, http_listener, stop).await?;
+    eprintln!("sink: received {requests} requests, {points} points");
     Ok(())
+}
+
+/// Serves on already-bound listeners until `stop` completes; returns the requests and
+/// points received.
+async fn serve(
+    grpc: tokio::net::TcpListener,
+    http: Option<tokio::net::TcpListener>,
+    stop: impl std::future::Future<Output = ()> + Send,
+) -> anyhow::Result<(u64, u64)> {
+    let counters = Arc::new(Counters::default());
+    let svc = MetricsServiceServer::new(GrpcSink(counters.clone()))
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+        .max_decoding_message_size(MAX_MESSAGE);
+    let incoming = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
+    let http_task = http.map(|l| tokio::spawn(http_accept_loop(l, counters.clone())));
+    let result = tonic::transport::Server::builder()
+        .add_service(svc)
+        .serve_with_incoming_shutdown(incoming, stop)
+        .await;
+    if let Some(t) = http_task {
+        t.abort();
+    }
+    result.context("running the gRPC sink")?;
+    Ok((
+        counters.requests.load(Ordering::Relaxed),
+        counters.points.load(Ordering::Relaxed),
+    ))
 }
 
 async fn http_accept_loop(listener: tokio::net::TcpListener, counters: Arc<Counters>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
+            // Out of file descriptors or similar: back off instead of spinning.
+            tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         };
+        let _ = stream.set_nodelay(true);
         let counters = counters.clone();
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| handle_http(req, counters.clone()));
@@ -171,5 +191,66 @@ async fn handle_http(
             StatusCode::BAD_REQUEST,
             Bytes::from(format!("malformed OTLP protobuf: {e}")),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::payload::{Shape, build};
+    use crate::send::{Protocol, SendConfig, run as send};
+
+    /// The generator against the sink over both protocols: every request succeeds, every
+    /// point is accepted, and the sink decodes exactly the points that were sent.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn generator_and_sink_agree_over_grpc_and_http() {
+        let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (g, h) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(grpc, Some(http), async move {
+            let _ = stop_rx.await;
+        }));
+        let shape = Shape {
+            workers: 5,
+            series: 40,
+            points_per_request: 64,
+            series_per_metric: 10,
+            histogram_percent: 50,
+            unique_per_worker: false,
+        };
+        let templates = Arc::new(build(&shape, 1).unwrap());
+        let mut sent = 0u64;
+        for (protocol, endpoint) in [
+            (Protocol::Grpc, format!("http://{g}")),
+            (Protocol::Http, format!("http://{h}/v1/metrics")),
+        ] {
+            let cfg = SendConfig {
+                protocol,
+                endpoint,
+                concurrency: 3,
+                rate: None,
+                stop_after: Duration::from_secs(30),
+                rounds: Some(2),
+                timeout: Duration::from_secs(10),
+            };
+            let tasks = send(&cfg, templates.clone(), Instant::now()).await.unwrap();
+            assert_eq!(tasks.len(), 3);
+            let records: Vec<_> = tasks.iter().flat_map(|t| t.records.iter()).collect();
+            assert_eq!(records.len(), 2 * templates.len(), "{protocol:?}");
+            assert!(
+                records.iter().all(|r| r.ok && r.accepted == r.points),
+                "{protocol:?}"
+            );
+            let points: u64 = records.iter().map(|r| u64::from(r.points)).sum();
+            assert_eq!(points, 2 * 5 * 40);
+            sent += points;
+        }
+        stop_tx.send(()).unwrap();
+        let (requests, points) = server.await.unwrap().unwrap();
+        assert_eq!(points, sent);
+        assert_eq!(requests, 2 * 2 * templates.len() as u64);
     }
 }
