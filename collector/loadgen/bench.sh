@@ -10,7 +10,8 @@
 #   RATE [100000]               points/s of the fixed-rate runs
 #   CONC [8]                    requests in flight
 #   REPEAT [1]                  repetitions of every load run (the table shows medians)
-#   PROTOCOLS ["grpc http"]     protocols of the max-rate runs (fixed-rate runs use gRPC)
+#   GZIP [0]                    1: also a paced gRPC run with gzip-compressed requests
+#   PROTOCOLS ["grpc http"]     protocols of the max-rate runs ("" for none; paced runs use gRPC)
 #   PEERS ["sink rotel rotel-otlp higgsmeter"]  (rotel-otlp: rotel forwarding over OTLP/gRPC
 #                               to a decode-only sink, the issue's "forwards" figure)
 #   ROTEL_BIN                   rotel-agent binary (default: found in /tmp/rotel-venv,
@@ -28,7 +29,7 @@ DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 RATE=${RATE:-100000}
 CONC=${CONC:-8}
-PROTOCOLS=${PROTOCOLS:-grpc http}
+PROTOCOLS=${PROTOCOLS-grpc http}
 PEERS=${PEERS:-sink rotel rotel-otlp higgsmeter}
 RUN_LIMIT=$((WARMUP + DURATION + 45))
 OUT=$(mktemp -d /tmp/higgsmeter-bench.XXXXXX)
@@ -113,6 +114,9 @@ for rep in $(seq 1 "${REPEAT:-1}"); do
         for peer in $LIVE_PEERS; do run "$peer" "$proto"; done
     done
     for peer in $LIVE_PEERS; do run "$peer" grpc --rate "$RATE"; done
+    if [[ ${GZIP:-0} == 1 ]]; then
+        for peer in $LIVE_PEERS; do run "$peer" grpc --rate "$RATE" --gzip; done
+    fi
 done
 
 # /metrics render of 100k series: 500 workers x 200 series, one round, then 10 GETs each.
@@ -132,7 +136,7 @@ python3 - "$OUT/results.jsonl" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 load_rows = [r for r in rows if not r.get("scrape")]
-def key(r): return (r["protocol"], r["target_rate"])
+def key(r): return (r["protocol"] + ("+gzip" if r.get("gzip") else ""), r["target_rate"])
 def tgt(r, k): return ((r.get("usage") or {}).get("target") or {}).get(k)
 def med(vals):
     vals = [v for v in vals if v is not None]

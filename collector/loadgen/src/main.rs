@@ -84,6 +84,11 @@ struct Cli {
     /// whole run is measured; --duration still caps it).
     #[arg(long)]
     rounds: Option<u64>,
+    /// Gzip each request while sending (gRPC `grpc-encoding: gzip`, HTTP
+    /// `Content-Encoding: gzip`, level 6). Compression runs in the generator at send
+    /// time, so at full speed the generator, not the target, may become the limit.
+    #[arg(long)]
+    gzip: bool,
     /// Per-request timeout in seconds.
     #[arg(long, default_value_t = 10.0)]
     timeout: f64,
@@ -214,6 +219,7 @@ async fn generate(cli: Cli) -> anyhow::Result<()> {
         stop_after: warmup + duration,
         rounds: cli.rounds,
         timeout: secs("--timeout", cli.timeout)?,
+        gzip: cli.gzip,
     };
     let loadavg = std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))

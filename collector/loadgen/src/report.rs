@@ -215,6 +215,8 @@ pub(crate) struct Report {
     pub(crate) points_per_request: usize,
     /// Requests in flight.
     pub(crate) concurrency: usize,
+    /// Whether bodies were gzipped.
+    pub(crate) gzip: bool,
     /// Target rate (points/s), if paced.
     pub(crate) target_rate: Option<f64>,
     /// Measured window, seconds.
@@ -309,6 +311,7 @@ impl Report {
             unique_per_worker: shape.unique_per_worker,
             points_per_request: shape.points_per_request,
             concurrency,
+            gzip: cfg.gzip,
             target_rate: cfg.rate,
             window_s: window,
             requests_ok: ok,
@@ -339,9 +342,10 @@ impl Report {
             |r| format!("target {r:.0} points/s"),
         );
         println!(
-            "{}: {:?} {} | {} workers x {} series, {} points/request, {} in flight, {}",
+            "{}: {:?}{} {} | {} workers x {} series, {} points/request, {} in flight, {}",
             self.label,
             self.protocol,
+            if self.gzip { "+gzip" } else { "" },
             self.endpoint,
             self.workers,
             self.series,

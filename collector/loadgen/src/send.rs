@@ -46,6 +46,9 @@ pub(crate) struct SendConfig {
     pub(crate) rounds: Option<u64>,
     /// Per-request deadline.
     pub(crate) timeout: Duration,
+    /// Gzip every request body (level 6, tonic's and the OTel exporters' default) while
+    /// sending: the generator pays for the compression.
+    pub(crate) gzip: bool,
 }
 
 /// One finished request.
@@ -117,6 +120,7 @@ impl Decoder for RawDecoder {
 struct HttpTarget {
     client: HttpClient<HttpConnector, Full<Bytes>>,
     uri: hyper::Uri,
+    gzip: bool,
 }
 
 enum Client {
@@ -136,7 +140,11 @@ impl Client {
                     .connect()
                     .await
                     .with_context(|| format!("connecting to {} (gRPC)", cfg.endpoint))?;
-                Ok(Self::Grpc(tonic::client::Grpc::new(ch)))
+                let mut grpc = tonic::client::Grpc::new(ch);
+                if cfg.gzip {
+                    grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+                }
+                Ok(Self::Grpc(grpc))
             }
             Protocol::Http => {
                 let uri: hyper::Uri = cfg
@@ -149,7 +157,11 @@ impl Client {
                 let client = HttpClient::builder(TokioExecutor::new())
                     .pool_max_idle_per_host(1)
                     .build(conn);
-                Ok(Self::Http(Box::new(HttpTarget { client, uri })))
+                Ok(Self::Http(Box::new(HttpTarget {
+                    client,
+                    uri,
+                    gzip: cfg.gzip,
+                })))
             }
         }
     }
@@ -168,9 +180,16 @@ impl Client {
                     .into_inner()
             }
             Self::Http(t) => {
-                let HttpTarget { client, uri } = &**t;
-                let req = hyper::Request::post(uri.clone())
-                    .header(hyper::header::CONTENT_TYPE, "application/x-protobuf")
+                let HttpTarget { client, uri, gzip } = &**t;
+                let mut req = hyper::Request::post(uri.clone())
+                    .header(hyper::header::CONTENT_TYPE, "application/x-protobuf");
+                let body = if *gzip {
+                    req = req.header(hyper::header::CONTENT_ENCODING, "gzip");
+                    gzip_body(&body).map_err(|e| format!("gzip: {e}"))?
+                } else {
+                    body
+                };
+                let req = req
                     .body(Full::new(body))
                     .map_err(|e| format!("building the HTTP request: {e}"))?;
                 let resp = client
@@ -198,6 +217,16 @@ impl Client {
             .and_then(|r| r.partial_success)
             .map_or(0, |p| p.rejected_data_points.max(0) as u64))
     }
+}
+
+fn gzip_body(body: &[u8]) -> std::io::Result<Bytes> {
+    use std::io::Write as _;
+    let mut enc = flate2::write::GzEncoder::new(
+        Vec::with_capacity(body.len() / 3),
+        flate2::Compression::new(6),
+    );
+    enc.write_all(body)?;
+    Ok(Bytes::from(enc.finish()?))
 }
 
 /// Nanoseconds since the Unix epoch (0 if the clock is before it).

@@ -205,7 +205,7 @@ mod tests {
     /// The generator against the sink over both protocols: every request succeeds, every
     /// point is accepted, and the sink decodes exactly the points that were sent.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn generator_and_sink_agree_over_grpc_and_http() {
+    async fn generator_and_sink_agree_over_grpc_and_http_plain_and_gzip() {
         let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (g, h) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
@@ -223,10 +223,13 @@ mod tests {
         };
         let templates = Arc::new(build(&shape, 1).unwrap());
         let mut sent = 0u64;
-        for (protocol, endpoint) in [
-            (Protocol::Grpc, format!("http://{g}")),
-            (Protocol::Http, format!("http://{h}/v1/metrics")),
-        ] {
+        let runs = [
+            (Protocol::Grpc, format!("http://{g}"), false),
+            (Protocol::Http, format!("http://{h}/v1/metrics"), false),
+            (Protocol::Grpc, format!("http://{g}"), true),
+            (Protocol::Http, format!("http://{h}/v1/metrics"), true),
+        ];
+        for (protocol, endpoint, gzip) in runs {
             let cfg = SendConfig {
                 protocol,
                 endpoint,
@@ -235,6 +238,7 @@ mod tests {
                 stop_after: Duration::from_secs(30),
                 rounds: Some(2),
                 timeout: Duration::from_secs(10),
+                gzip,
             };
             let tasks = send(&cfg, templates.clone(), Instant::now()).await.unwrap();
             assert_eq!(tasks.len(), 3);
@@ -251,6 +255,6 @@ mod tests {
         stop_tx.send(()).unwrap();
         let (requests, points) = server.await.unwrap().unwrap();
         assert_eq!(points, sent);
-        assert_eq!(requests, 2 * 2 * templates.len() as u64);
+        assert_eq!(requests, 4 * 2 * templates.len() as u64);
     }
 }
