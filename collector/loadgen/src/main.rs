@@ -126,8 +126,8 @@ struct Cli {
     /// With --sink: also accept OTLP/HTTP (`POST /v1/metrics`) on this address.
     #[arg(long, value_name = "ADDR", requires = "sink")]
     sink_http: Option<SocketAddr>,
-    /// With --sink: exit after this many seconds.
-    #[arg(long, default_value_t = 300)]
+    /// With --sink: exit after this many seconds (at most 3600).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=3600))]
     sink_for: u64,
 }
 
