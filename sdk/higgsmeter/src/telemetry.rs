@@ -286,41 +286,46 @@ impl TelemetryBuilder {
                 )))
             })?;
         let (provider, prometheus_registry) = built;
-
         let meter = provider.meter("higgsmeter");
-        let instruments = register_activity_instruments(&meter, tracker.clone());
-        if self.set_global_meter_provider {
-            opentelemetry::global::set_meter_provider(provider.clone());
-        }
-
-        #[cfg(feature = "prometheus")]
-        let prometheus = match (prometheus_addr, prometheus_registry, runtime.as_ref()) {
-            (Some(addr), Some(registry), Some(rt)) => Some(crate::prom::serve(rt, addr, registry)?),
-            _ => None,
-        };
-        #[cfg(not(feature = "prometheus"))]
-        let prometheus: Option<PromHandle> = {
-            let _ = prometheus_registry;
-            None
-        };
-
-        let subscriber_installed = self.install_subscriber
-            && install_subscriber(&tracker, self.log_to_stderr, Some(&meter))?;
-        // After the subscriber, so its one log line on a host without GPUs is seen.
-        let gpu = if self.gpu_meter {
-            start_gpu_meter(&meter, &tracker)
-        } else {
-            None
-        };
-        Ok(Telemetry {
+        // From here on, a failure drops this guard, which shuts the exporters and the
+        // runtime down off the caller's thread, as on a normal exit.
+        let mut telemetry = Telemetry {
             tracker,
             provider: Some(provider),
-            instruments: Some(instruments),
+            instruments: None,
             runtime,
-            prometheus,
-            gpu,
-            subscriber_installed,
-        })
+            prometheus: None,
+            gpu: None,
+            subscriber_installed: false,
+        };
+
+        #[cfg(feature = "prometheus")]
+        if let (Some(addr), Some(registry), Some(rt)) = (
+            prometheus_addr,
+            prometheus_registry,
+            telemetry.runtime.as_ref(),
+        ) {
+            telemetry.prometheus = Some(crate::prom::serve(rt, addr, registry)?);
+        }
+        #[cfg(not(feature = "prometheus"))]
+        let _ = prometheus_registry;
+
+        telemetry.subscriber_installed = self.install_subscriber
+            && install_subscriber(&telemetry.tracker, self.log_to_stderr, Some(&meter))?;
+        telemetry.instruments = Some(register_activity_instruments(
+            &meter,
+            telemetry.tracker.clone(),
+        ));
+        if self.set_global_meter_provider
+            && let Some(provider) = &telemetry.provider
+        {
+            opentelemetry::global::set_meter_provider(provider.clone());
+        }
+        // After the subscriber, so its one log line on a host without GPUs is seen.
+        if self.gpu_meter {
+            telemetry.gpu = start_gpu_meter(&meter, &telemetry.tracker);
+        }
+        Ok(telemetry)
     }
 }
 

@@ -77,3 +77,24 @@ fn bad_settings_are_clear_errors() {
         .to_string();
     assert!(err.contains("OTLP") && err.contains("not a url"), "{err}");
 }
+
+#[test]
+fn a_failed_init_inside_tokio_cleans_up_without_panicking() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for protocol in [Protocol::Grpc, Protocol::HttpProtobuf] {
+            let err = support::isolated(&Tracker::new())
+                .with_otlp_endpoint(format!("http://127.0.0.1:{}", closed_port()))
+                .with_otlp_protocol(protocol)
+                .with_prometheus_addr(taken.local_addr().unwrap())
+                .init()
+                .unwrap_err();
+            assert!(err.to_string().contains("could not listen"), "{err}");
+        }
+    });
+}
