@@ -2,6 +2,7 @@
 //! Prometheus rendering. `cargo bench -p higgsmeter-collector --bench ingest`.
 
 use std::hint::black_box;
+use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use higgsmeter_collector::{AggregateConfig, Aggregator, Transport, View};
@@ -29,6 +30,17 @@ fn kv(k: &str, v: &str) -> KeyValue {
 /// One worker's request: 1,000 points, half cumulative sums, half 10-bucket histograms,
 /// 10 series per metric (an `op` attribute), the load generator's shape.
 fn request(worker: usize, round: u64, shard: bool) -> ExportMetricsServiceRequest {
+    request_scaled(worker, round, shard, 1.0)
+}
+
+/// [`request`] with counter values and histogram sums `round × scale` (a fractional
+/// `scale` makes rendering format floats, as the load generator's values do).
+fn request_scaled(
+    worker: usize,
+    round: u64,
+    shard: bool,
+    scale: f64,
+) -> ExportMetricsServiceRequest {
     let attrs = |i: usize| {
         let mut a = vec![kv("op", &format!("op{i}"))];
         if shard {
@@ -43,7 +55,9 @@ fn request(worker: usize, round: u64, shard: bool) -> ExportMetricsServiceReques
                 attributes: attrs(i),
                 start_time_unix_nano: 1,
                 time_unix_nano: 10 + round,
-                value: Some(number_data_point::Value::AsDouble(round as f64)),
+                value: Some(number_data_point::Value::AsDouble(
+                    round as f64 * scale * (1.0 + i as f64),
+                )),
                 ..Default::default()
             })
             .collect();
@@ -64,7 +78,7 @@ fn request(worker: usize, round: u64, shard: bool) -> ExportMetricsServiceReques
                 start_time_unix_nano: 1,
                 time_unix_nano: 10 + round,
                 count: 11 * round,
-                sum: Some(round as f64),
+                sum: Some(round as f64 * scale * (1.0 + i as f64)),
                 bucket_counts: vec![round; 11],
                 explicit_bounds: BOUNDS.to_vec(),
                 ..Default::default()
@@ -141,22 +155,32 @@ fn ingest(c: &mut Criterion) {
 fn render(c: &mut Criterion) {
     let mut group = c.benchmark_group("render");
     group.sample_size(20);
-    // 100 workers x 1,000 distinct series (a `shard` label survives the fleet sum).
-    let config = AggregateConfig {
-        max_series: 1_000_000,
-        max_series_per_metric: 1_000_000,
-        ..AggregateConfig::default()
-    };
-    let aggregator = Aggregator::standalone(config).expect("config");
-    for w in 0..100 {
-        let _ = aggregator.ingest_protobuf(&request(w, 1, true).encode_to_vec(), Transport::Grpc);
+    // 100 workers x 1,000 distinct series (a `shard` label survives the fleet sum):
+    // 100k series, half 10-bound histograms, 700k samples. Integral values (the fast
+    // path) and fractional ones (float formatting).
+    for (tag, scale) in [("", 1.0), ("_fractional", 0.37)] {
+        let config = AggregateConfig {
+            max_series: 1_000_000,
+            max_series_per_metric: 1_000_000,
+            // Nothing goes stale while the benchmark runs.
+            stale_after: Some(Duration::from_secs(3600)),
+            ..AggregateConfig::default()
+        };
+        let aggregator = Aggregator::standalone(config).expect("config");
+        for w in 0..100 {
+            let req = request_scaled(w, 1, true, scale).encode_to_vec();
+            let _ = aggregator.ingest_protobuf(&req, Transport::Grpc);
+        }
+        group.bench_function(format!("fleet_100k_series{tag}"), |b| {
+            b.iter(|| black_box(aggregator.render(View::Fleet).len()))
+        });
+        group.bench_function(format!("sources_100k_series{tag}"), |b| {
+            b.iter(|| black_box(aggregator.render(View::Sources).len()))
+        });
+        group.bench_function(format!("fleet_openmetrics_100k_series{tag}"), |b| {
+            b.iter(|| black_box(aggregator.render_openmetrics(View::Fleet).len()))
+        });
     }
-    group.bench_function("fleet_100k_series", |b| {
-        b.iter(|| black_box(aggregator.render(View::Fleet).len()))
-    });
-    group.bench_function("sources_100k_series", |b| {
-        b.iter(|| black_box(aggregator.render(View::Sources).len()))
-    });
     group.finish();
 }
 

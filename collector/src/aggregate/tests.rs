@@ -640,3 +640,128 @@ proptest! {
         }
     }
 }
+
+/// A store with every kind of series and awkward values: counters (cumulative and
+/// delta), gauges under each fleet rule, histograms with odd bounds, label values
+/// that need escaping, static labels, `worker_current_state`.
+fn golden_store() -> Store {
+    let mut cfg = config();
+    cfg.static_labels
+        .insert("model_name".into(), "llama".into());
+    cfg.gauges = vec![
+        GaugeRule {
+            pattern: "g.max".into(),
+            aggregation: GaugeAggregation::Max,
+        },
+        GaugeRule {
+            pattern: "g.min".into(),
+            aggregation: GaugeAggregation::Min,
+        },
+        GaugeRule {
+            pattern: "g.last".into(),
+            aggregation: GaugeAggregation::Last,
+        },
+        GaugeRule {
+            pattern: "g.each".into(),
+            aggregation: GaugeAggregation::PerSource,
+        },
+    ];
+    let mut s = Store::new(cfg);
+    let odd = [
+        0.1,
+        1e-7,
+        1e21,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        -0.0,
+        -1.5,
+        0.1 + 0.2,
+        123_456_789_012_345_680.0,
+        4_503_599_627_370_497.0,
+        999_999_999_999_999.0,
+        1e15,
+        1e16,
+        f64::MAX,
+        f64::MIN_POSITIVE,
+        5e-324,
+        2.5e-300,
+        1.0 / 3.0,
+        -7.0,
+        1e-5,
+        123.456,
+    ];
+    let bounds = [1e-7, 0.005, 0.1, 0.3, 1.0, 2.5, 1e3, 1e21];
+    for rank in 0..3u32 {
+        let mut res = worker(rank);
+        res.push(kv("host.name", &format!("node \"{rank}\"\\x\ny")));
+        let mut metrics = Vec::new();
+        let pts = |name_salt: usize| -> Vec<NumberDataPoint> {
+            odd.iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let v = if name_salt == 0 { v.abs() } else { *v };
+                    point(
+                        vec![kv("op", &format!("op{i}")), kv("path", "a\"b\\c\nd é")],
+                        1,
+                        10 + u64::from(rank),
+                        v * f64::from(rank + 1),
+                    )
+                })
+                .collect()
+        };
+        metrics.push(counter("c.cumulative", false, pts(0)));
+        metrics.push(counter("c.delta", true, pts(0)));
+        for g in ["g.sum", "g.max", "g.min", "g.last", "g.each"] {
+            metrics.push(gauge(g, pts(1)));
+        }
+        metrics.push(gauge(
+            higgsmeter_catalog::WORKER_CURRENT_STATE.name,
+            vec![point(vec![], 0, 1, f64::from(rank))],
+        ));
+        let counts: Vec<u64> = (0..=bounds.len() as u64)
+            .map(|i| i * 1_000_000_007 + u64::from(rank))
+            .collect();
+        metrics.push(histogram("h.odd", &bounds, &counts, 0.1 + 0.2, 1, 10));
+        metrics.push(histogram(
+            "h.plain",
+            &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0],
+            &[1; 11],
+            1e21 * f64::from(rank),
+            1,
+            10,
+        ));
+        metrics.push(histogram("h.nobounds", &[], &[5], 1.5, 1, 10));
+        ingest(&mut s, &request(res, metrics), SEC);
+    }
+    s
+}
+
+/// The rendered text of both views, in both formats, is byte-for-byte what it was
+/// (`HIGGSMETER_BLESS=1` rewrites the files under `testdata/`).
+#[test]
+fn render_matches_golden_files() {
+    let s = golden_store();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/aggregate/testdata");
+    let cases = [
+        ("fleet.prom", render(&s, View::Fleet, SEC)),
+        ("sources.prom", render(&s, View::Sources, SEC)),
+        (
+            "fleet.openmetrics",
+            render::to_openmetrics(&render(&s, View::Fleet, SEC)),
+        ),
+        (
+            "sources.openmetrics",
+            render::to_openmetrics(&render(&s, View::Sources, SEC)),
+        ),
+    ];
+    for (file, text) in cases {
+        let path = dir.join(file);
+        if std::env::var_os("HIGGSMETER_BLESS").is_some() {
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            std::fs::write(&path, &text).expect("write golden");
+        }
+        let want = std::fs::read_to_string(&path).expect("golden file");
+        assert!(text == want, "{file} differs from {}", path.display());
+    }
+}
