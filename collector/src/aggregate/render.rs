@@ -46,24 +46,35 @@ fn sample(out: &mut String, name: &str, suffix: &str, labels: &str, le: Option<f
     out.push('\n');
 }
 
-/// The `le` label values of the last bounds rendered (histograms of a metric share
-/// their bounds, and float formatting is the slow part of rendering).
+/// The `le` label of each bucket of the last bounds rendered, with what follows it
+/// (`le="0.5"} `): histograms of a metric share their bounds, and float formatting
+/// is the slow part of rendering.
 #[derive(Default)]
 struct LeCache {
     bounds: Vec<f64>,
     les: Vec<String>,
 }
 
+const LE_INF: &str = "le=\"+Inf\"} ";
+
 impl LeCache {
     fn les(&mut self, bounds: &[f64]) -> &[String] {
-        if self.bounds != bounds || self.les.len() != bounds.len() + 1 {
+        let same = self.les.len() == bounds.len() + 1
+            && self.bounds.len() == bounds.len()
+            && self
+                .bounds
+                .iter()
+                .zip(bounds)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+        if !same {
             self.bounds = bounds.to_vec();
             self.les = bounds
                 .iter()
                 .chain(std::iter::once(&f64::INFINITY))
                 .map(|b| {
-                    let mut s = String::new();
+                    let mut s = String::from("le=\"");
                     format_value(*b, &mut s);
+                    s.push_str("\"} ");
                     s
                 })
                 .collect();
@@ -80,18 +91,21 @@ fn histogram(out: &mut String, name: &str, labels: &str, h: &Hist, cache: &mut L
     } else {
         &h.counts
     };
+    // `name_bucket{labels,` is written once and copied for the other buckets.
+    let prefix_start = out.len();
+    out.push_str(name);
+    out.push_str("_bucket{");
+    out.push_str(labels);
+    if !labels.is_empty() {
+        out.push(',');
+    }
+    let prefix = prefix_start..out.len();
     for (i, c) in counts.iter().enumerate() {
         cumulative = cumulative.saturating_add(*c);
-        let le = les.get(i).map_or("+Inf", String::as_str);
-        out.push_str(name);
-        out.push_str("_bucket{");
-        out.push_str(labels);
-        if !labels.is_empty() {
-            out.push(',');
+        if i > 0 {
+            out.extend_from_within(prefix.clone());
         }
-        out.push_str("le=\"");
-        out.push_str(le);
-        out.push_str("\"} ");
+        out.push_str(les.get(i).map_or(LE_INF, String::as_str));
         format_u64(cumulative, out);
         out.push('\n');
     }
@@ -104,86 +118,178 @@ enum Row<'a> {
     Hist(&'a Hist),
 }
 
+/// One row of a view, before liveness and value checks.
+#[derive(Clone, Copy)]
+enum Entry {
+    /// A per-source series.
+    Series(u32),
+    /// A fleet aggregate.
+    Fleet(u32),
+}
+
+/// A view's rows in exposition order (metric name, then labels), valid while the
+/// store's `layout` is `layout`; and the size of the last text rendered.
+#[derive(Default)]
+struct Order {
+    layout: Option<u64>,
+    entries: Vec<Entry>,
+    last_len: usize,
+}
+
+/// What rendering keeps between scrapes (in the [`Store`]): sorting 100k label strings
+/// on every GET cost more than formatting them.
+#[derive(Default)]
+pub(crate) struct RenderCache {
+    fleet: Order,
+    sources: Order,
+}
+
+impl Order {
+    fn refresh(&mut self, store: &Store, view: View) {
+        if self.layout == Some(store.layout) {
+            return;
+        }
+        let series = store
+            .series
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s)));
+        self.entries.clear();
+        match view {
+            View::Fleet => {
+                self.entries.extend(
+                    series
+                        .filter(|(_, s)| {
+                            store.metrics[s.metric as usize].gauge_agg
+                                == GaugeAggregation::PerSource
+                        })
+                        .map(|(i, _)| Entry::Series(i)),
+                );
+                self.entries
+                    .extend((0..store.fleet.len() as u32).map(Entry::Fleet));
+            }
+            View::Sources => self.entries.extend(series.map(|(i, _)| Entry::Series(i))),
+        }
+        // The order the exposition has always had: metrics by name (then id); within
+        // one, labels, then per-source series before fleet entries, then id.
+        let key = |e: &Entry| -> (&str, u32, &str, u8, u32) {
+            let (metric, labels, rank, i) = match *e {
+                Entry::Series(i) => store.series[i as usize]
+                    .as_ref()
+                    .map_or((u32::MAX, "", 0, i), |s| {
+                        (s.metric, s.labels.as_str(), 0, i)
+                    }),
+                Entry::Fleet(i) => {
+                    let f = &store.fleet[i as usize];
+                    (f.metric, f.labels.as_str(), 1, i)
+                }
+            };
+            let name = store
+                .metrics
+                .get(metric as usize)
+                .map_or("", |m| m.prom_name.as_str());
+            (name, metric, labels, rank, i)
+        };
+        self.entries.sort_unstable_by(|a, b| key(a).cmp(&key(b)));
+        self.layout = Some(store.layout);
+    }
+}
+
 pub(crate) fn render(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> String {
-    let mut out = String::with_capacity(64 * (store.series_held() + store.fleet.len()) + 4096);
-    // Group what each metric renders.
-    let mut rows: Vec<Vec<(&str, Row<'_>)>> =
-        (0..store.metrics.len()).map(|_| Vec::new()).collect();
-    match view {
-        View::Fleet => {
-            let mut gauge_acc: Vec<Option<(f64, u64)>> = vec![None; store.fleet.len()];
-            for s in store.series.iter().flatten() {
+    let mut spare = RenderCache::default();
+    let mut cached = store.render_cache.try_borrow_mut();
+    let cache = match cached.as_deref_mut() {
+        Ok(cache) => cache,
+        Err(_) => &mut spare,
+    };
+    let order = match view {
+        View::Fleet => &mut cache.fleet,
+        View::Sources => &mut cache.sources,
+    };
+    order.refresh(store, view);
+    let estimate = 64 * (store.series_held() + store.fleet.len()) + 4096;
+    let mut out = String::with_capacity(if order.last_len > 0 {
+        order.last_len + order.last_len / 16 + 4096
+    } else {
+        estimate
+    });
+    // Fleet gauges combined over live sources.
+    let mut gauge_acc: Vec<Option<(f64, u64)>> = Vec::new();
+    if view == View::Fleet {
+        gauge_acc = vec![None; store.fleet.len()];
+        for s in store.series.iter().flatten() {
+            if !store.is_live(s.last_seen, now) {
+                continue;
+            }
+            let metric = &store.metrics[s.metric as usize];
+            let Value::Gauge { value, updated } = s.value else {
+                continue;
+            };
+            if metric.gauge_agg == GaugeAggregation::PerSource {
+                continue;
+            }
+            let acc = &mut gauge_acc[s.fleet as usize];
+            *acc = Some(match (*acc, metric.gauge_agg) {
+                (None, _) => (value, updated),
+                (Some((a, t)), GaugeAggregation::Sum) => (a + value, t.max(updated)),
+                (Some((a, t)), GaugeAggregation::Max) => (a.max(value), t.max(updated)),
+                (Some((a, t)), GaugeAggregation::Min) => (a.min(value), t.max(updated)),
+                (Some((a, t)), _) => {
+                    if updated >= t {
+                        (value, updated)
+                    } else {
+                        (a, t)
+                    }
+                }
+            });
+        }
+    }
+    let mut les = LeCache::default();
+    let mut current: Option<u32> = None;
+    for entry in &order.entries {
+        let (metric, labels, row) = match *entry {
+            Entry::Series(i) => {
+                let Some(s) = store.series.get(i as usize).and_then(Option::as_ref) else {
+                    continue;
+                };
                 if !store.is_live(s.last_seen, now) {
                     continue;
                 }
-                let metric = &store.metrics[s.metric as usize];
-                let Value::Gauge { value, updated } = s.value else {
+                let row = match (&s.value, view) {
+                    (Value::Gauge { value, .. }, View::Fleet) => Row::Number(*value),
+                    (_, View::Fleet) => continue,
+                    (Value::Counter { value } | Value::Gauge { value, .. }, View::Sources) => {
+                        Row::Number(*value)
+                    }
+                    (Value::Histogram(h), View::Sources) => Row::Hist(h),
+                };
+                (s.metric, s.labels.as_str(), row)
+            }
+            Entry::Fleet(i) => {
+                let Some(f) = store.fleet.get(i as usize) else {
                     continue;
                 };
-                if metric.gauge_agg == GaugeAggregation::PerSource {
-                    rows[s.metric as usize].push((s.labels.as_str(), Row::Number(value)));
-                    continue;
-                }
-                let acc = &mut gauge_acc[s.fleet as usize];
-                *acc = Some(match (*acc, metric.gauge_agg) {
-                    (None, _) => (value, updated),
-                    (Some((a, t)), GaugeAggregation::Sum) => (a + value, t.max(updated)),
-                    (Some((a, t)), GaugeAggregation::Max) => (a.max(value), t.max(updated)),
-                    (Some((a, t)), GaugeAggregation::Min) => (a.min(value), t.max(updated)),
-                    (Some((a, t)), _) => {
-                        if updated >= t {
-                            (value, updated)
-                        } else {
-                            (a, t)
-                        }
-                    }
-                });
-            }
-            for (i, f) in store.fleet.iter().enumerate() {
                 let row = match &f.value {
                     FleetValue::Counter(v) => Row::Number(*v),
                     FleetValue::Histogram(h) => Row::Hist(h),
-                    FleetValue::Gauge => match gauge_acc[i] {
+                    FleetValue::Gauge => match gauge_acc.get(i as usize).copied().flatten() {
                         Some((v, _)) => Row::Number(v),
                         None => continue,
                     },
                 };
-                rows[f.metric as usize].push((f.labels.as_str(), row));
+                (f.metric, f.labels.as_str(), row)
             }
+        };
+        let Some(m) = store.metrics.get(metric as usize) else {
+            continue;
+        };
+        if current != Some(metric) {
+            current = Some(metric);
+            header(&mut out, &m.prom_name, &m.help, m.kind.as_str());
         }
-        View::Sources => {
-            for s in store.series.iter().flatten() {
-                if !store.is_live(s.last_seen, now) {
-                    continue;
-                }
-                let row = match &s.value {
-                    Value::Counter { value } | Value::Gauge { value, .. } => Row::Number(*value),
-                    Value::Histogram(h) => Row::Hist(h),
-                };
-                rows[s.metric as usize].push((s.labels.as_str(), row));
-            }
-        }
-    }
-    let mut order: Vec<usize> = (0..store.metrics.len())
-        .filter(|&i| !rows[i].is_empty())
-        .collect();
-    order.sort_by(|&a, &b| store.metrics[a].prom_name.cmp(&store.metrics[b].prom_name));
-    let mut les = LeCache::default();
-    for i in order {
-        let metric = &store.metrics[i];
-        let samples = &mut rows[i];
-        samples.sort_by(|a, b| a.0.cmp(b.0));
-        header(
-            &mut out,
-            &metric.prom_name,
-            &metric.help,
-            metric.kind.as_str(),
-        );
-        for (labels, row) in samples.iter() {
-            match row {
-                Row::Number(v) => sample(&mut out, &metric.prom_name, "", labels, None, *v),
-                Row::Hist(h) => histogram(&mut out, &metric.prom_name, labels, h, &mut les),
-            }
+        match row {
+            Row::Number(v) => sample(&mut out, &m.prom_name, "", labels, None, v),
+            Row::Hist(h) => histogram(&mut out, &m.prom_name, labels, h, &mut les),
         }
     }
     if view == View::Fleet {
@@ -191,6 +297,7 @@ pub(crate) fn render(store: &Store, view: View, now: u64, stats: &SelfMetrics) -
         self_metrics(store, now, stats, &mut out);
     }
     target_info(store, now, &mut out);
+    order.last_len = out.len();
     out
 }
 

@@ -3,6 +3,7 @@
 //! Time is passed in (nanoseconds on a monotonic clock) so tests can drive it.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -12,6 +13,7 @@ use higgsmeter_catalog::{COLLECTOR_FAMILIES, Family, Kind};
 
 use super::config::{AggregateConfig, GaugeAggregation};
 use super::naming::{normalize_labels, prometheus_name, render_labels, sanitize_label_name};
+use super::render::RenderCache;
 use super::wire::{self, DataKind, HistPoint, Kv, MetricRef, NumberPoint, Val, Visitor};
 use super::{MetricKind, RefusalReason};
 
@@ -184,6 +186,11 @@ pub(crate) struct Store {
     sum_over: Vec<String>,
     /// When series were last forgotten early to make room (0: never).
     last_eviction: u64,
+    /// Changes whenever a series or fleet entry is created or forgotten: what the
+    /// render order (by name, then labels) depends on.
+    pub(crate) layout: u64,
+    /// The render order of each view and the last output sizes, kept between scrapes.
+    pub(crate) render_cache: RefCell<RenderCache>,
 }
 
 fn fnv(bytes: &[u8], mut h: u64) -> u64 {
@@ -347,6 +354,8 @@ impl Store {
             static_labels,
             sum_over,
             last_eviction: 0,
+            layout: 0,
+            render_cache: RefCell::default(),
         }
     }
 
@@ -703,6 +712,7 @@ impl Store {
         };
         self.series_index.entry(hash).or_default().push(id);
         self.series_held += 1;
+        self.layout = self.layout.wrapping_add(1);
         self.metrics[metric as usize].series += 1;
         if let Some(s) = self.sources[source as usize].as_mut() {
             s.series += 1;
@@ -992,6 +1002,7 @@ impl Store {
                     src.series -= 1;
                 }
                 self.free_series.push(id as u32);
+                self.layout = self.layout.wrapping_add(1);
                 forgotten += 1;
             }
         }

@@ -765,3 +765,53 @@ fn render_matches_golden_files() {
         assert!(text == want, "{file} differs from {}", path.display());
     }
 }
+
+/// The render order kept between scrapes follows series as they come and go: every
+/// render equals one from an empty cache.
+#[test]
+fn kept_render_order_follows_new_and_forgotten_series() {
+    fn check(s: &Store, now: u64) {
+        let views = [View::Fleet, View::Sources];
+        let kept = views.map(|view| render(s, view, now));
+        *s.render_cache.borrow_mut() = render::RenderCache::default();
+        for (view, kept) in views.into_iter().zip(kept) {
+            assert_eq!(kept, render(s, view, now));
+            assert_eq!(kept, render(s, view, now));
+        }
+    }
+    let mut s = golden_store();
+    check(&s, SEC);
+    for (rank, now) in [(7u32, 2 * SEC), (1, 3 * SEC)] {
+        let req = request(
+            worker(rank),
+            vec![
+                counter(
+                    "a.first",
+                    false,
+                    vec![point(vec![kv("op", "z")], 1, 5, 2.5)],
+                ),
+                counter(
+                    "c.cumulative",
+                    false,
+                    vec![point(vec![kv("op", "new")], 1, 5, 0.5)],
+                ),
+                gauge("g.each", vec![point(vec![kv("op", "a")], 1, 5, 1.0)]),
+            ],
+        );
+        ingest(&mut s, &req, now);
+        check(&s, now);
+    }
+    // Most sources go stale, then are forgotten.
+    check(&s, 7 * SEC);
+    s.sweep(10_000 * SEC);
+    check(&s, 10_000 * SEC);
+    ingest(
+        &mut s,
+        &request(
+            worker(9),
+            vec![gauge("g.each", vec![point(vec![], 1, 5, 3.0)])],
+        ),
+        10_001 * SEC,
+    );
+    check(&s, 10_001 * SEC);
+}
