@@ -208,7 +208,7 @@ pub(crate) fn render(store: &Store, view: View, now: u64, stats: &SelfMetrics) -
     };
     order.refresh(store, view);
     let estimate = 64 * (store.series_held() + store.fleet.len()) + 4096;
-    let mut out = String::with_capacity(if order.last_len > 0 {
+    let mut out = output_buffer(if order.last_len > 0 {
         order.last_len + order.last_len / 16 + 4096
     } else {
         estimate
@@ -299,6 +299,41 @@ pub(crate) fn render(store: &Store, view: View, now: u64, stats: &SelfMetrics) -
     target_info(store, now, &mut out);
     order.last_len = out.len();
     out
+}
+
+/// An empty `String` of `capacity` bytes. Large ones are marked for transparent huge
+/// pages where the kernel offers them on request: writing 60 MB of exposition into
+/// fresh 4 KiB pages spent more time in page faults than in rendering (about 30 ms
+/// against 7 ms with 2 MiB pages on the 2-core benchmark VM).
+fn output_buffer(capacity: usize) -> String {
+    let mut buf = Vec::<u8>::with_capacity(capacity);
+    #[cfg(target_os = "linux")]
+    advise_huge_pages(&mut buf);
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(buf: &mut Vec<u8>) {
+    const HUGE_PAGE: usize = 2 << 20;
+    if buf.capacity() < 4 * HUGE_PAGE {
+        return;
+    }
+    let start = buf.as_mut_ptr() as usize;
+    let first = start.next_multiple_of(HUGE_PAGE);
+    let end = (start + buf.capacity()) / HUGE_PAGE * HUGE_PAGE;
+    if end <= first {
+        return;
+    }
+    #[allow(
+        unsafe_code,
+        reason = "madvise only changes how the kernel backs pages of this allocation \
+                  (whole 2 MiB pages inside it); it reads and writes no memory"
+    )]
+    // SAFETY: [first, end) lies inside `buf`'s allocation, which outlives the call;
+    // MADV_HUGEPAGE keeps the contents. Failure (THP off) is harmless and ignored.
+    unsafe {
+        libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+    }
 }
 
 fn with_static(store: &Store, pairs: &[(&str, &str)]) -> String {
@@ -493,7 +528,7 @@ fn target_info(store: &Store, now: u64, out: &mut String) {
 /// without `_total` (their samples with it), `target_info` is an `info` family, `"` is
 /// escaped in HELP, and the text ends with `# EOF`.
 pub(crate) fn to_openmetrics(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() + 64);
+    let mut out = output_buffer(text.len() + 64);
     let mut pending_help: Option<(&str, &str)> = None;
     // The current counter family: (name as in the text, OpenMetrics family name).
     let mut counter: Option<(&str, &str)> = None;
@@ -558,4 +593,20 @@ pub(crate) fn to_openmetrics(text: &str) -> String {
     }
     out.push_str("# EOF\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn large_output_buffers_hold_what_is_written() {
+        let mut out = output_buffer(24 << 20);
+        assert!(out.is_empty() && out.capacity() >= 24 << 20);
+        let line = "h_bucket{job=\"w\",le=\"0.5\"} 12\n";
+        while out.len() + line.len() <= 24 << 20 {
+            out.push_str(line);
+        }
+        assert!(out.lines().all(|l| format!("{l}\n") == line));
+    }
 }
