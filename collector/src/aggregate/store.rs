@@ -736,6 +736,46 @@ impl Store {
         )
     }
 
+    /// Whether a point for series `id` is new data, marking the series seen. A
+    /// cumulative point older than the series' last one (a retried or reordered export)
+    /// changes nothing, nor does a delta point repeating the last; a cumulative point
+    /// that started before the series' current start is refused as out of order.
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &mut self,
+        id: u32,
+        metric: u32,
+        delta: bool,
+        start: u64,
+        time: u64,
+        now: u64,
+        out: &mut Outcome,
+    ) -> bool {
+        let Some(s) = self.series[id as usize].as_mut() else {
+            return false;
+        };
+        s.last_seen = now;
+        let stale = if delta {
+            time != 0 && time == s.time && start == s.start
+        } else {
+            time != 0 && s.time != 0 && time < s.time
+        };
+        if stale {
+            return false;
+        }
+        if !delta && start != 0 && s.start != 0 && start < s.start {
+            let name = &self.metrics[metric as usize].otel_name;
+            out.refuse(RefusalReason::OutOfOrder, 1, || {
+                format!(
+                    "metric `{name}`: a cumulative point started before the series' current start: a late point of an \
+                     earlier incarnation, or several processes sharing one resource (give each its own service.instance.id)"
+                )
+            });
+            return false;
+        }
+        true
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn number_point(
         &mut self,
@@ -781,31 +821,13 @@ impl Store {
                 return;
             }
         };
+        let (start, time) = (p.start, p.time);
+        if !self.admit(id, metric, delta, start, time, now, out) {
+            return;
+        }
         let Some(s) = self.series[id as usize].as_mut() else {
             return;
         };
-        s.last_seen = now;
-        let (start, time) = (p.start, p.time);
-        // A cumulative point older than the series' last one (a retried or reordered
-        // export) changes nothing; a delta point is new data unless it repeats the last.
-        let stale = if delta {
-            time != 0 && time == s.time && start == s.start
-        } else {
-            time != 0 && s.time != 0 && time < s.time
-        };
-        if stale {
-            return;
-        }
-        if !delta && start != 0 && s.start != 0 && start < s.start {
-            let name = &self.metrics[metric as usize].otel_name;
-            out.refuse(RefusalReason::OutOfOrder, 1, || {
-                format!(
-                    "metric `{name}`: a cumulative point started before the series' current start: a late point of an \
-                     earlier incarnation, or several processes sharing one resource (give each its own service.instance.id)"
-                )
-            });
-            return;
-        }
         let increment = match &mut s.value {
             Value::Counter { value } => {
                 let inc = if delta {
@@ -915,31 +937,13 @@ impl Store {
             out.refuse(reason, 1, || msg);
             return;
         }
+        let (start, time) = (p.start, p.time);
+        if !self.admit(id, metric, delta, start, time, now, out) {
+            return;
+        }
         let Some(s) = self.series[id as usize].as_mut() else {
             return;
         };
-        s.last_seen = now;
-        let (start, time) = (p.start, p.time);
-        // A cumulative point older than the series' last one (a retried or reordered
-        // export) changes nothing; a delta point is new data unless it repeats the last.
-        let stale = if delta {
-            time != 0 && time == s.time && start == s.start
-        } else {
-            time != 0 && s.time != 0 && time < s.time
-        };
-        if stale {
-            return;
-        }
-        if !delta && start != 0 && s.start != 0 && start < s.start {
-            let name = &self.metrics[metric as usize].otel_name;
-            out.refuse(RefusalReason::OutOfOrder, 1, || {
-                format!(
-                    "metric `{name}`: a cumulative point started before the series' current start: a late point of an \
-                     earlier incarnation, or several processes sharing one resource (give each its own service.instance.id)"
-                )
-            });
-            return;
-        }
         let Value::Histogram(h) = &mut s.value else {
             return;
         };
