@@ -176,9 +176,10 @@ pub async fn run(
         path: "demo".into(),
         message: "no gRPC receiver".into(),
     })?;
-    let prometheus = addrs
-        .prometheus
-        .map_or_else(|| "off".to_owned(), |a| format!("http://{a}/metrics"));
+    let prometheus = addrs.prometheus.map_or_else(
+        || "off".to_owned(),
+        |a| format!("http://{a}/metrics  |  cluster page: http://{a}/"),
+    );
     println!("higgsmeter-collector listening {addrs}");
     let endpoint = format!("http://{grpc}");
     let mut workers = Vec::new();

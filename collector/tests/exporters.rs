@@ -247,6 +247,7 @@ fn demo_runs_ranks_and_stops_on_its_own() {
         "{text}"
     );
     assert!(text.contains("Prometheus: http://"), "{text}");
+    assert!(text.contains("cluster page: http://"), "{text}");
     let last = text.rsplit("higgsmeter demo").next().unwrap_or("");
     for rank in ["\n0 ", "\n1 "] {
         assert!(
