@@ -46,6 +46,25 @@ impl GaugeAggregation {
             GaugeAggregation::PerSource => "per_source",
         }
     }
+
+    /// Folds one source's `(value, updated)` into the fleet accumulator: sum, max or
+    /// min of the values, or the most recently updated one (`Last`, and `PerSource`,
+    /// whose fleet series is never read). The accumulator keeps the latest update time.
+    pub(crate) fn fold(self, acc: Option<(f64, u64)>, value: f64, updated: u64) -> (f64, u64) {
+        match (acc, self) {
+            (None, _) => (value, updated),
+            (Some((a, t)), GaugeAggregation::Sum) => (a + value, t.max(updated)),
+            (Some((a, t)), GaugeAggregation::Max) => (a.max(value), t.max(updated)),
+            (Some((a, t)), GaugeAggregation::Min) => (a.min(value), t.max(updated)),
+            (Some((a, t)), _) => {
+                if updated >= t {
+                    (value, updated)
+                } else {
+                    (a, t)
+                }
+            }
+        }
+    }
 }
 
 /// One gauge rule: metrics whose name matches `match` (exact, or a glob with `*`) are

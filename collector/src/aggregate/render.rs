@@ -229,19 +229,7 @@ pub(crate) fn render(store: &Store, view: View, now: u64, stats: &SelfMetrics) -
                 continue;
             }
             let acc = &mut gauge_acc[s.fleet as usize];
-            *acc = Some(match (*acc, metric.gauge_agg) {
-                (None, _) => (value, updated),
-                (Some((a, t)), GaugeAggregation::Sum) => (a + value, t.max(updated)),
-                (Some((a, t)), GaugeAggregation::Max) => (a.max(value), t.max(updated)),
-                (Some((a, t)), GaugeAggregation::Min) => (a.min(value), t.max(updated)),
-                (Some((a, t)), _) => {
-                    if updated >= t {
-                        (value, updated)
-                    } else {
-                        (a, t)
-                    }
-                }
-            });
+            *acc = Some(metric.gauge_agg.fold(*acc, value, updated));
         }
     }
     let mut les = LeCache::default();

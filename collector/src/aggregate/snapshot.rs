@@ -117,19 +117,7 @@ pub(crate) fn export_request(
             continue;
         }
         let acc = &mut gauge_acc[s.fleet as usize];
-        *acc = Some(match (*acc, m.gauge_agg) {
-            (None, _) => (value, updated),
-            (Some((a, t)), GaugeAggregation::Sum) => (a + value, t.max(updated)),
-            (Some((a, t)), GaugeAggregation::Max) => (a.max(value), t.max(updated)),
-            (Some((a, t)), GaugeAggregation::Min) => (a.min(value), t.max(updated)),
-            (Some((a, t)), _) => {
-                if updated >= t {
-                    (value, updated)
-                } else {
-                    (a, t)
-                }
-            }
-        });
+        *acc = Some(m.gauge_agg.fold(*acc, value, updated));
     }
     for (i, f) in store.fleet.iter().enumerate() {
         let attrs = pairs_to_kv(&f.label_pairs);
