@@ -78,23 +78,7 @@ fn seed_queries_rules_and_dashboard_against_real_prometheus() {
     // With every source live, every panel of the dashboard has data.
     check_dashboard(&prom);
 
-    for w in &mut workers {
-        let stdin = w.process.child().stdin.as_mut().unwrap();
-        stdin.write_all(b"release\n").unwrap();
-        stdin.flush().unwrap();
-    }
-    let mut truth = Vec::new();
-    for w in &mut workers {
-        let status = w.process.wait_exit(Duration::from_secs(30)).unwrap();
-        assert!(
-            status.success(),
-            "{} exited with {status}",
-            w.process.name()
-        );
-        let text = std::fs::read_to_string(&w.truth_path).unwrap();
-        truth.push(serde_json::from_str::<GroundTruth>(&text).unwrap());
-    }
-    truth.sort_by_key(|t| t.rank);
+    let truth = release_and_collect(&mut workers);
 
     // Every worker flushed before exiting: one more scrape of each view has its totals.
     let exited = SystemTime::now()
@@ -668,23 +652,7 @@ fn gpu_families_and_rules_against_real_prometheus() {
             assert_eq!(s.label("hw_id"), SyntheticGpu::device_id(rank), "{s:?}");
         }
     }
-    for w in &mut workers {
-        let stdin = w.process.child().stdin.as_mut().unwrap();
-        stdin.write_all(b"release\n").unwrap();
-        stdin.flush().unwrap();
-    }
-    let mut truth = Vec::new();
-    for w in &mut workers {
-        let status = w.process.wait_exit(Duration::from_secs(30)).unwrap();
-        assert!(
-            status.success(),
-            "{} exited with {status}",
-            w.process.name()
-        );
-        let text = std::fs::read_to_string(&w.truth_path).unwrap();
-        truth.push(serde_json::from_str::<GroundTruth>(&text).unwrap());
-    }
-    truth.sort_by_key(|t| t.rank);
+    let truth = release_and_collect(&mut workers);
     let exited = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap()
@@ -830,4 +798,27 @@ fn killed_worker_alerts_and_restarted_rank_keeps_the_fleet_counting() {
     assert!(refusing.is_empty(), "{refusing:?}");
     drop(workers);
     drop(collector);
+}
+
+/// Releases every held worker, waits for each to exit cleanly and returns the ground
+/// truth each wrote, by rank.
+fn release_and_collect(workers: &mut [Worker]) -> Vec<GroundTruth> {
+    for w in workers.iter_mut() {
+        let stdin = w.process.child().stdin.as_mut().unwrap();
+        stdin.write_all(b"release\n").unwrap();
+        stdin.flush().unwrap();
+    }
+    let mut truth = Vec::new();
+    for w in workers.iter_mut() {
+        let status = w.process.wait_exit(Duration::from_secs(30)).unwrap();
+        assert!(
+            status.success(),
+            "{} exited with {status}",
+            w.process.name()
+        );
+        let text = std::fs::read_to_string(&w.truth_path).unwrap();
+        truth.push(serde_json::from_str::<GroundTruth>(&text).unwrap());
+    }
+    truth.sort_by_key(|t| t.rank);
+    truth
 }
