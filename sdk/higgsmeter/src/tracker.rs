@@ -409,9 +409,7 @@ impl Tracker {
         if pos + 1 == t.frames.len() {
             let now = self.inner.clock.now_nanos();
             t.commit(now);
-            t.frames.pop();
-            let current = t.current();
-            t.mark_seen(current);
+            t.frames.pop(); // what is now current was marked seen when it was set
         } else {
             t.frames.remove(pos);
         }
