@@ -4,13 +4,14 @@
 //! in `otel-config/README.md`; unknown keys are errors naming the key's path.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
 pub use crate::aggregate::AggregateConfig;
 use crate::error::Error;
+pub use crate::storage::FileStorageConfig;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -25,9 +26,22 @@ pub struct Config {
     /// Where data goes. Missing: the Prometheus endpoint only.
     #[serde(default = "Exporters::builtin")]
     pub exporters: Exporters,
+    /// Extensions (`file_storage`). Missing: `file_storage` on its defaults.
+    #[serde(default)]
+    pub extensions: Extensions,
     /// Which components run. Missing: every configured component.
     #[serde(default)]
     pub service: Service,
+}
+
+/// `extensions`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Extensions {
+    /// `extensions.file_storage`: where the aggregation state is checkpointed.
+    /// Missing: the default directory (`higgsmeter-data` in the working directory).
+    #[serde(default, deserialize_with = "null_is_default")]
+    pub file_storage: Option<FileStorageConfig>,
 }
 
 impl Default for Config {
@@ -36,6 +50,7 @@ impl Default for Config {
             receivers: Receivers::builtin(),
             processors: Processors::default(),
             exporters: Exporters::builtin(),
+            extensions: Extensions::default(),
             service: Service::default(),
         }
     }
@@ -109,6 +124,12 @@ pub struct GrpcReceiver {
     pub endpoint: String,
     /// Largest accepted message, MiB, after decompression (default 16).
     pub max_recv_msg_size_mib: u64,
+    /// Most connections open at once (default 1024); more are closed at once, logged
+    /// and counted (`higgsmeter_collector_connections_refused_total`).
+    pub max_connections: usize,
+    /// Longest a request may take to arrive and be answered (default 30 s).
+    #[serde(with = "duration_serde")]
+    pub read_timeout: Duration,
 }
 
 impl Default for GrpcReceiver {
@@ -116,6 +137,8 @@ impl Default for GrpcReceiver {
         GrpcReceiver {
             endpoint: "127.0.0.1:4317".into(),
             max_recv_msg_size_mib: 16,
+            max_connections: 1024,
+            read_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -128,6 +151,16 @@ pub struct HttpReceiver {
     pub endpoint: String,
     /// Largest accepted body, bytes, before and after decompression (default 16 MiB).
     pub max_request_body_size: u64,
+    /// Most connections open at once (default 1024); more get a 503 and are closed,
+    /// logged and counted (`higgsmeter_collector_connections_refused_total`).
+    pub max_connections: usize,
+    /// Longest wait for a request's headers, and for the next request on an idle
+    /// keep-alive connection (default 10 s); then the connection is closed.
+    #[serde(with = "duration_serde")]
+    pub read_header_timeout: Duration,
+    /// Longest wait for a request's whole body (default 30 s); then 408.
+    #[serde(with = "duration_serde")]
+    pub read_timeout: Duration,
 }
 
 impl Default for HttpReceiver {
@@ -135,6 +168,9 @@ impl Default for HttpReceiver {
         HttpReceiver {
             endpoint: "127.0.0.1:4318".into(),
             max_request_body_size: 16 * 1024 * 1024,
+            max_connections: 1024,
+            read_header_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -287,12 +323,35 @@ impl Default for RetryOnFailure {
 }
 
 /// `service`.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Service {
+    /// `service.extensions`: the extensions that run. Missing: every configured one
+    /// (and `file_storage` on its defaults).
+    #[serde(default)]
+    pub extensions: Option<Vec<String>>,
     /// `service.pipelines`.
     #[serde(default)]
     pub pipelines: Pipelines,
+    /// `service.shutdown_timeout`: on SIGTERM/SIGINT, the longest the collector takes
+    /// to stop accepting, finish in-flight requests, flush upstream, write its final
+    /// checkpoint and exit, whatever clients do (default 10 s).
+    #[serde(default = "default_shutdown_timeout", with = "duration_serde")]
+    pub shutdown_timeout: Duration,
+}
+
+fn default_shutdown_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+impl Default for Service {
+    fn default() -> Self {
+        Service {
+            extensions: None,
+            pipelines: Pipelines::default(),
+            shutdown_timeout: default_shutdown_timeout(),
+        }
+    }
 }
 
 /// `service.pipelines`.
@@ -332,6 +391,9 @@ pub struct Overrides {
     pub otlp_endpoint: Option<String>,
     /// `exporters.otlphttp.endpoint` (turns the HTTP push on).
     pub otlphttp_endpoint: Option<String>,
+    /// `none` (`processors.higgsmeter.storage: none`) or a directory
+    /// (`extensions.file_storage.directory`, storage on).
+    pub storage: Option<String>,
 }
 
 /// Which OTLP transport an exporter pushes with.
@@ -356,6 +418,55 @@ pub struct Plan {
     pub pushes: Vec<(PushProtocol, OtlpExporter)>,
     /// The aggregation.
     pub aggregate: AggregateConfig,
+    /// Where the aggregation state is checkpointed (`None`: storage off).
+    pub storage: Option<PathBuf>,
+    /// Connection limits and timeouts of the receivers.
+    pub limits: ReceiverLimits,
+    /// `service.shutdown_timeout`.
+    pub shutdown_timeout: Duration,
+}
+
+/// Connection limits and timeouts of the receivers (see [`GrpcReceiver`] and
+/// [`HttpReceiver`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReceiverLimits {
+    /// gRPC: most open connections.
+    pub grpc_max_connections: usize,
+    /// gRPC: longest request.
+    pub grpc_read_timeout: Duration,
+    /// HTTP: most open connections.
+    pub http_max_connections: usize,
+    /// HTTP: longest wait for headers (and idle keep-alive).
+    pub http_read_header_timeout: Duration,
+    /// HTTP: longest wait for a body.
+    pub http_read_timeout: Duration,
+}
+
+impl Default for ReceiverLimits {
+    fn default() -> Self {
+        let (g, h) = (GrpcReceiver::default(), HttpReceiver::default());
+        ReceiverLimits {
+            grpc_max_connections: g.max_connections,
+            grpc_read_timeout: g.read_timeout,
+            http_max_connections: h.max_connections,
+            http_read_header_timeout: h.read_header_timeout,
+            http_read_timeout: h.read_timeout,
+        }
+    }
+}
+
+impl Plan {
+    /// One line saying where the aggregation state lives (what `--check-config` prints).
+    pub fn state_summary(&self) -> String {
+        match &self.storage {
+            Some(dir) => format!(
+                "aggregation state: {} (checkpoint every {:?} and on shutdown)",
+                dir.join(crate::storage::STATE_FILE).display(),
+                self.aggregate.checkpoint_interval
+            ),
+            None => "aggregation state: none (processors.higgsmeter.storage: none; a restart starts the fleet series over)".to_owned(),
+        }
+    }
 }
 
 fn config_error(path: impl Into<String>, message: impl Into<String>) -> Error {
@@ -481,6 +592,28 @@ impl Config {
         if add_receiver {
             self.add_to_pipeline(true, "otlp");
         }
+        match o.storage.as_deref() {
+            None => {}
+            Some("none") => {
+                if let Some(agg) = &mut self.processors.higgsmeter {
+                    agg.storage = "none".to_owned();
+                }
+            }
+            Some(dir) => {
+                self.extensions
+                    .file_storage
+                    .get_or_insert_with(FileStorageConfig::default)
+                    .directory = PathBuf::from(dir);
+                if let Some(agg) = &mut self.processors.higgsmeter {
+                    agg.storage = "file_storage".to_owned();
+                }
+                if let Some(list) = &mut self.service.extensions
+                    && !list.iter().any(|e| e == "file_storage")
+                {
+                    list.push("file_storage".to_owned());
+                }
+            }
+        }
     }
 
     fn add_to_pipeline(&mut self, receiver: bool, name: &str) {
@@ -527,7 +660,32 @@ impl Config {
             prometheus: None,
             pushes: Vec::new(),
             aggregate: AggregateConfig::default(),
+            storage: None,
+            limits: ReceiverLimits::default(),
+            shutdown_timeout: self.service.shutdown_timeout,
         };
+        if let Some(list) = &self.service.extensions {
+            for (i, name) in list.iter().enumerate() {
+                if name != "file_storage" {
+                    return Err(config_error(
+                        format!("service.extensions[{i}]"),
+                        format!("unknown extension `{name}`: this collector has `file_storage`"),
+                    ));
+                }
+                if self.extensions.file_storage.is_none() {
+                    return Err(config_error(
+                        format!("service.extensions[{i}]"),
+                        "extension `file_storage` is not configured under `extensions`",
+                    ));
+                }
+            }
+        }
+        if self.service.shutdown_timeout.is_zero() {
+            return Err(config_error(
+                "service.shutdown_timeout",
+                "must be more than 0",
+            ));
+        }
         for (i, name) in pipeline.receivers.iter().enumerate() {
             let path = format!("service.pipelines.metrics.receivers[{i}]");
             if name != "otlp" {
@@ -557,6 +715,14 @@ impl Config {
                     ));
                 }
                 plan.grpc = Some((addr, (g.max_recv_msg_size_mib * 1024 * 1024) as usize));
+                if g.max_connections == 0 || g.read_timeout.is_zero() {
+                    return Err(config_error(
+                        "receivers.otlp.protocols.grpc",
+                        "max_connections and read_timeout must be more than 0",
+                    ));
+                }
+                plan.limits.grpc_max_connections = g.max_connections;
+                plan.limits.grpc_read_timeout = g.read_timeout;
             }
             if let Some(h) = &otlp.protocols.http {
                 let addr = resolve("receivers.otlp.protocols.http.endpoint", &h.endpoint)?;
@@ -570,6 +736,18 @@ impl Config {
                     addr,
                     usize::try_from(h.max_request_body_size).unwrap_or(usize::MAX),
                 ));
+                if h.max_connections == 0
+                    || h.read_header_timeout.is_zero()
+                    || h.read_timeout.is_zero()
+                {
+                    return Err(config_error(
+                        "receivers.otlp.protocols.http",
+                        "max_connections, read_header_timeout and read_timeout must be more than 0",
+                    ));
+                }
+                plan.limits.http_max_connections = h.max_connections;
+                plan.limits.http_read_header_timeout = h.read_header_timeout;
+                plan.limits.http_read_timeout = h.read_timeout;
             }
         }
         for (i, name) in pipeline.processors.iter().enumerate() {
@@ -585,6 +763,29 @@ impl Config {
         if let Some(agg) = &self.processors.higgsmeter {
             agg.validate().map_err(|(p, m)| config_error(p, m))?;
             plan.aggregate = agg.clone();
+        }
+        if plan.aggregate.storage == "file_storage" {
+            if let Some(list) = &self.service.extensions
+                && !list.iter().any(|e| e == "file_storage")
+            {
+                return Err(config_error(
+                    "processors.higgsmeter.storage",
+                    "`file_storage` is not listed in service.extensions: list it there, or write `storage: none`",
+                ));
+            }
+            let dir = self
+                .extensions
+                .file_storage
+                .clone()
+                .unwrap_or_default()
+                .directory;
+            if dir.as_os_str().is_empty() {
+                return Err(config_error(
+                    "extensions.file_storage.directory",
+                    "must name a directory",
+                ));
+            }
+            plan.storage = Some(dir);
         }
         for (i, name) in pipeline.exporters.iter().enumerate() {
             let path = format!("service.pipelines.metrics.exporters[{i}]");

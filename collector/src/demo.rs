@@ -55,6 +55,10 @@ async fn start_collector(listen: &Overrides) -> Result<RunningCollector, Error> 
     };
     loop {
         let mut config = Config::default();
+        // A simulated cluster keeps no state between runs.
+        if let Some(agg) = &mut config.processors.higgsmeter {
+            agg.storage = "none".to_owned();
+        }
         config.apply(&overrides);
         match Collector::start(config.plan()?).await {
             Ok(running) => return Ok(running),

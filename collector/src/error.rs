@@ -51,4 +51,14 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The storage directory cannot hold the aggregation state.
+    #[error(
+        "cannot keep the aggregation state in {directory}: {message} (set extensions.file_storage.directory to a writable directory, or processors.higgsmeter.storage: none to run without state)"
+    )]
+    Storage {
+        /// The directory.
+        directory: String,
+        /// What failed.
+        message: String,
+    },
 }

@@ -55,7 +55,7 @@
 //!
 //! # Supported Rust version
 //!
-//! 1.88 or newer.
+//! 1.89 or newer.
 
 pub(crate) mod aggregate;
 pub mod config;
@@ -64,11 +64,12 @@ mod error;
 mod exporters;
 mod receivers;
 mod self_metrics;
+mod storage;
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -81,6 +82,7 @@ pub use aggregate::{
 pub use config::{Config, Overrides, Plan};
 pub use error::Error;
 pub use self_metrics::Transport;
+pub use storage::STATE_FILE;
 
 use self_metrics::SelfMetrics;
 
@@ -118,8 +120,65 @@ pub struct Collector;
 pub struct RunningCollector {
     addresses: Addresses,
     aggregator: Arc<Aggregator>,
+    /// Cancels everything (the token users get).
     cancel: CancellationToken,
-    tasks: Vec<JoinHandle<()>>,
+    /// Children of `cancel`, cancelled in this order by `shutdown`.
+    stop_receiving: CancellationToken,
+    stop_exporting: CancellationToken,
+    receivers: Vec<JoinHandle<()>>,
+    exporters: Vec<JoinHandle<()>>,
+    others: Vec<JoinHandle<()>>,
+    checkpointer: Option<Arc<Checkpointer>>,
+    shutdown_timeout: Duration,
+}
+
+/// Writes the aggregation state to the storage directory.
+struct Checkpointer {
+    storage: storage::FileStorage,
+    aggregator: Arc<Aggregator>,
+    stats: Arc<SelfMetrics>,
+    last_error_log: std::sync::Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Checkpointer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Checkpointer")
+            .field("state", &self.storage.state_path())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Checkpointer {
+    /// One checkpoint: the copy under the aggregator's lock, then encoding and the
+    /// atomic write after it. Blocking (file I/O): run it off the async workers. A
+    /// failure (a full disk) is counted and logged at most once a minute; ingest goes
+    /// on and the next checkpoint tries again.
+    fn write(&self) -> bool {
+        let state = self.aggregator.checkpoint();
+        let bytes = state.encode();
+        match self.storage.write(&bytes) {
+            Ok(()) => {
+                self.stats.checkpoints[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                true
+            }
+            Err(e) => {
+                self.stats.checkpoints[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let mut last = self
+                    .last_error_log
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    *last = Some(Instant::now());
+                    tracing::error!(
+                        state = %self.storage.state_path().display(),
+                        error = %e,
+                        "cannot write the aggregation state (counted in higgsmeter_collector_checkpoints_total{{outcome=\"failed\"}}; the previous state file is kept; retrying every checkpoint_interval, logged at most once a minute)"
+                    );
+                }
+                false
+            }
+        }
+    }
 }
 
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Error> {
@@ -131,10 +190,48 @@ async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Error
 impl Collector {
     /// Binds every listener (so a taken port fails here, before anything serves), then
     /// starts the receivers, the exporters and the sweeper on the current tokio runtime.
+    ///
+    /// With storage on, the storage directory is opened and locked and the
+    /// checkpointed aggregation state restored before any listener is bound.
     pub async fn start(plan: Plan) -> Result<RunningCollector, Error> {
         let stats = Arc::new(SelfMetrics::default());
-        let aggregator = Arc::new(Aggregator::new(plan.aggregate.clone(), stats.clone()));
+        let storage = match &plan.storage {
+            Some(dir) => Some(storage::FileStorage::open(dir)?),
+            None => None,
+        };
+        let restored = storage.as_ref().and_then(|s| {
+            let state = s.load()?;
+            match Aggregator::restored(plan.aggregate.clone(), stats.clone(), &state) {
+                Ok((aggregator, count)) => {
+                    tracing::info!(
+                        state = %s.state_path().display(),
+                        sources = count.sources,
+                        series = count.series,
+                        left_out = count.left_out,
+                        "restored the aggregation state"
+                    );
+                    Some(aggregator)
+                }
+                Err(e) => {
+                    s.set_aside(&e.to_string());
+                    None
+                }
+            }
+        });
+        let aggregator = Arc::new(
+            restored.unwrap_or_else(|| Aggregator::new(plan.aggregate.clone(), stats.clone())),
+        );
+        let checkpointer = storage.map(|storage| {
+            Arc::new(Checkpointer {
+                storage,
+                aggregator: aggregator.clone(),
+                stats: stats.clone(),
+                last_error_log: std::sync::Mutex::new(None),
+            })
+        });
         let cancel = CancellationToken::new();
+        let stop_receiving = cancel.child_token();
+        let stop_exporting = cancel.child_token();
         let grpc = match plan.grpc {
             Some((addr, max)) => Some((bind("OTLP/gRPC receiver", addr).await?, max)),
             None => None,
@@ -158,45 +255,68 @@ impl Collector {
             http: http.as_ref().map(|(l, _)| local(l)).transpose()?,
             prometheus: prometheus.as_ref().map(|(l, _)| local(l)).transpose()?,
         };
-        let mut tasks = Vec::new();
+        let mut receivers = Vec::new();
         if let Some((listener, max)) = grpc {
-            tasks.push(tokio::spawn(receivers::grpc::serve(
+            receivers.push(tokio::spawn(receivers::grpc::serve(
                 listener,
                 max,
+                plan.limits,
                 aggregator.clone(),
                 stats.clone(),
-                cancel.clone(),
+                stop_receiving.clone(),
             )));
         }
         if let Some((listener, max)) = http {
-            tasks.push(tokio::spawn(receivers::http::serve(
+            receivers.push(tokio::spawn(receivers::http::serve(
                 listener,
                 max,
+                plan.limits,
                 aggregator.clone(),
                 stats.clone(),
-                cancel.clone(),
+                stop_receiving.clone(),
             )));
         }
+        let mut exporters = Vec::new();
         if let Some((listener, sources)) = prometheus {
-            tasks.push(tokio::spawn(exporters::prometheus::serve(
+            exporters.push(tokio::spawn(exporters::prometheus::serve(
                 listener,
                 sources,
                 aggregator.clone(),
-                cancel.clone(),
+                stop_exporting.clone(),
             )));
         }
         for (protocol, cfg) in plan.pushes {
-            tasks.push(tokio::spawn(exporters::otlp::run(
+            exporters.push(tokio::spawn(exporters::otlp::run(
                 protocol,
                 cfg,
                 aggregator.clone(),
                 stats.clone(),
-                cancel.clone(),
+                stop_exporting.clone(),
             )));
+        }
+        let mut others = Vec::new();
+        if let Some(checkpointer) = &checkpointer {
+            let checkpointer = checkpointer.clone();
+            let interval = plan.aggregate.checkpoint_interval;
+            let stop = cancel.clone();
+            others.push(tokio::spawn(async move {
+                let mut tick = tokio::time::interval(interval);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                tick.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = tick.tick() => {
+                            let c = checkpointer.clone();
+                            let _ = tokio::task::spawn_blocking(move || c.write()).await;
+                        }
+                    }
+                }
+            }));
         }
         let sweeper = aggregator.clone();
         let sweep_cancel = cancel.clone();
-        tasks.push(tokio::spawn(async move {
+        others.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             loop {
                 tokio::select! {
@@ -210,7 +330,13 @@ impl Collector {
             addresses,
             aggregator,
             cancel,
-            tasks,
+            stop_receiving,
+            stop_exporting,
+            receivers,
+            exporters,
+            others,
+            checkpointer,
+            shutdown_timeout: plan.shutdown_timeout,
         })
     }
 }
@@ -231,13 +357,59 @@ impl RunningCollector {
         self.cancel.clone()
     }
 
-    /// Stops receiving, flushes the OTLP exporters, and waits for every task.
-    pub async fn shutdown(self) {
+    /// Stops within `service.shutdown_timeout`, whatever clients do: stops accepting
+    /// and lets requests in flight finish (up to half the time; connections still
+    /// open then are dropped), refuses anything later as unavailable, flushes the
+    /// OTLP exporters (up to 80 % of the time), writes the final checkpoint, and
+    /// returns whether it all finished in time.
+    pub async fn shutdown(self) -> bool {
+        let started = Instant::now();
+        let timeout = self.shutdown_timeout;
+        let mut clean = true;
+        self.stop_receiving.cancel();
+        clean &= join_until(self.receivers, started + timeout / 2, "receiver").await;
+        self.aggregator.close();
+        self.stop_exporting.cancel();
+        clean &= join_until(self.exporters, started + timeout.mul_f64(0.8), "exporter").await;
+        if let Some(checkpointer) = self.checkpointer {
+            let write = tokio::task::spawn_blocking(move || checkpointer.write());
+            let left = timeout.saturating_sub(started.elapsed());
+            match tokio::time::timeout(left, write).await {
+                Ok(Ok(true)) => tracing::info!("wrote the final checkpoint"),
+                Ok(_) => clean = false,
+                Err(_) => {
+                    tracing::error!(
+                        "the final checkpoint did not finish within service.shutdown_timeout; the previous one stays"
+                    );
+                    clean = false;
+                }
+            }
+        }
         self.cancel.cancel();
-        for task in self.tasks {
-            if let Err(e) = task.await {
-                tracing::warn!(error = %e, "a collector task ended abnormally");
+        clean &= join_until(self.others, started + timeout, "background").await;
+        clean
+    }
+}
+
+/// Waits for `tasks` until `deadline`, then aborts the rest (dropping their
+/// connections); whether all ended in time.
+async fn join_until(tasks: Vec<JoinHandle<()>>, deadline: Instant, what: &str) -> bool {
+    let mut clean = true;
+    for mut task in tasks {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, &mut task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "a collector {what} task ended abnormally");
+            }
+            Err(_) => {
+                task.abort();
+                tracing::warn!(
+                    "a collector {what} did not stop within its share of service.shutdown_timeout; its connections were dropped"
+                );
+                clean = false;
             }
         }
     }
+    clean
 }

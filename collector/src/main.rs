@@ -22,7 +22,13 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 /// the config file. On start it prints one line:
 /// `higgsmeter-collector listening grpc=IP:PORT http=IP:PORT prometheus=IP:PORT`.
 #[derive(Debug, Parser)]
-#[command(name = "higgsmeter-collector", version, about, long_about)]
+#[command(
+    name = "higgsmeter-collector",
+    version,
+    about,
+    long_about,
+    args_override_self = true
+)]
 struct Cli {
     /// A YAML config (OpenTelemetry Collector shape); every key: otel-config/README.md.
     #[arg(long, value_name = "FILE")]
@@ -42,7 +48,11 @@ struct Cli {
     /// Push the aggregate over OTLP/HTTP to this upstream, e.g. http://127.0.0.1:4318.
     #[arg(long, value_name = "URL")]
     otlphttp_endpoint: Option<String>,
-    /// Validate the config (and flags), print the plan, and exit.
+    /// Where the aggregation state is checkpointed: a directory
+    /// (extensions.file_storage.directory; default ./higgsmeter-data), or `none`.
+    #[arg(long, value_name = "DIR|none")]
+    storage: Option<String>,
+    /// Validate the config (and flags), print where state lives and the plan, and exit.
     #[arg(long)]
     check_config: bool,
     #[command(subcommand)]
@@ -210,10 +220,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 prometheus: cli.prometheus,
                 otlp_endpoint: cli.otlp_endpoint,
                 otlphttp_endpoint: cli.otlphttp_endpoint,
+                storage: cli.storage,
             });
             let plan = config.plan()?;
             if cli.check_config {
-                println!("config OK: {plan:#?}");
+                println!("config OK");
+                println!("{}", plan.state_summary());
+                println!("{plan:#?}");
                 return Ok(());
             }
             init_logging(tracing::Level::INFO);
@@ -222,7 +235,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("higgsmeter-collector listening {}", running.addresses());
                 shutdown_signal().await;
                 tracing::info!("shutting down");
-                running.shutdown().await;
+                if !running.shutdown().await {
+                    tracing::warn!("shutdown was not clean (see above); exiting anyway");
+                }
                 Ok::<(), anyhow::Error>(())
             })
         }

@@ -88,6 +88,10 @@ pub(crate) struct SelfMetrics {
     pub(crate) exports_failed: [AtomicU64; 2],
     pub(crate) queue_depth: [AtomicU64; 2],
     pub(crate) export_dropped: [AtomicU64; 2],
+    /// Checkpoint writes: `[ok, failed]`.
+    pub(crate) checkpoints: [AtomicU64; 2],
+    /// Connections refused at a receiver's `max_connections`, per transport.
+    pub(crate) connections_refused: [AtomicU64; 2],
 }
 
 impl SelfMetrics {

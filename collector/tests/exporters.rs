@@ -208,6 +208,8 @@ fn check_config_validates_and_explains() {
     let addr = taken.local_addr().expect("addr").to_string();
     let out = Command::new(collector_bin())
         .args([
+            "--storage",
+            "none",
             "--grpc",
             &addr,
             "--http",

@@ -373,8 +373,19 @@ pub struct Collector {
 }
 
 impl Collector {
-    /// Starts `binary` on port 0 everywhere and reads its "listening" line.
+    /// Starts `binary` on port 0 everywhere, without state, and reads its
+    /// "listening" line.
     pub fn start(binary: &Path) -> anyhow::Result<Collector> {
+        Collector::start_with(binary, &["--storage", "none"])
+    }
+
+    /// Starts `binary` on port 0 everywhere with `extra` arguments (e.g.
+    /// `--storage DIR`, `--grpc ADDR` to take an address again after a restart; the
+    /// last of a repeated flag wins), and reads its "listening" line.
+    pub fn start_with<S: AsRef<std::ffi::OsStr>>(
+        binary: &Path,
+        extra: &[S],
+    ) -> anyhow::Result<Collector> {
         let mut process = ChildGuard::spawn(
             "higgsmeter-collector",
             Command::new(binary)
@@ -386,6 +397,7 @@ impl Collector {
                     "--prometheus",
                     "127.0.0.1:0",
                 ])
+                .args(extra)
                 .env("RUST_LOG", "warn")
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())

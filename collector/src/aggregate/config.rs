@@ -146,6 +146,13 @@ pub struct AggregateConfig {
     pub max_series_per_metric: usize,
     /// Most series held in all (default 200,000), per-source and fleet together.
     pub max_series: usize,
+    /// Where the aggregation state is checkpointed: `file_storage` (the default: the
+    /// `extensions.file_storage` directory) or `none` (no state: a restart starts the
+    /// fleet series over from about 0, as one clean counter reset).
+    pub storage: String,
+    /// How often the state is checkpointed (default 5 s); also on shutdown.
+    #[serde(with = "duration_serde")]
+    pub checkpoint_interval: Duration,
 }
 
 impl Default for AggregateConfig {
@@ -162,6 +169,8 @@ impl Default for AggregateConfig {
             static_labels: BTreeMap::new(),
             max_series_per_metric: 50_000,
             max_series: 200_000,
+            storage: "file_storage".to_owned(),
+            checkpoint_interval: Duration::from_secs(5),
         }
     }
 }
@@ -210,6 +219,21 @@ impl AggregateConfig {
             return Err((
                 "processors.higgsmeter.stale_after".into(),
                 "must be more than 0".into(),
+            ));
+        }
+        if self.checkpoint_interval.is_zero() {
+            return Err((
+                "processors.higgsmeter.checkpoint_interval".into(),
+                "must be more than 0".into(),
+            ));
+        }
+        if self.storage != "none" && self.storage != "file_storage" {
+            return Err((
+                "processors.higgsmeter.storage".into(),
+                format!(
+                    "unknown storage `{}`: write `file_storage` (the extensions.file_storage directory) or `none`",
+                    self.storage
+                ),
             ));
         }
         if self.forget_after < self.effective_stale_after() {

@@ -16,13 +16,14 @@ mod snapshot;
 mod store;
 mod wire;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 
 pub use config::{AggregateConfig, GaugeAggregation, GaugeRule};
-pub(crate) use store::Outcome;
+pub(crate) use store::{CheckpointError, Outcome, RestoreCount, StateFile};
 use store::{Store, Value};
 pub use wire::DecodeError;
 
@@ -132,9 +133,18 @@ pub struct Aggregator {
     store: Mutex<Store>,
     stats: Arc<SelfMetrics>,
     epoch: Instant,
-    start_unix_nanos: u64,
+    /// When the aggregation state began (unix ns): this process's start, or the
+    /// restored state's. The start time of every fleet series pushed upstream.
+    origin_unix_nanos: u64,
     instance_id: String,
+    /// Set at shutdown, before the final checkpoint: later requests are refused as
+    /// unavailable (the sender retries against the next process), never half-counted.
+    closed: AtomicBool,
 }
+
+/// The monotonic clock's value at this process's start: ages of restored state are
+/// subtracted from it, so it starts far from 0.
+const CLOCK_BASE: u64 = 1 << 60;
 
 impl std::fmt::Debug for Aggregator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -177,19 +187,98 @@ impl Aggregator {
         Ok(Aggregator::new(config, Arc::new(SelfMetrics::default())))
     }
 
-    /// An empty aggregator (the configuration is assumed validated).
+    /// An empty aggregator (the configuration is assumed validated): a fresh state
+    /// whose origin is now, with a new instance id.
     pub(crate) fn new(config: AggregateConfig, stats: Arc<SelfMetrics>) -> Aggregator {
+        let origin = unix_nanos();
+        let mut store = Store::new(config);
+        store.set_baseline_before(origin);
         Aggregator {
-            store: Mutex::new(Store::new(config)),
+            store: Mutex::new(store),
             stats,
             epoch: Instant::now(),
-            start_unix_nanos: unix_nanos(),
+            origin_unix_nanos: origin,
             instance_id: instance_id(),
+            closed: AtomicBool::new(false),
         }
     }
 
+    /// An aggregator that continues a checkpointed state: its origin, instance id,
+    /// sources, series and fleet accumulators. On an error nothing is half-restored:
+    /// the caller starts without state.
+    pub(crate) fn restored(
+        config: AggregateConfig,
+        stats: Arc<SelfMetrics>,
+        state: &StateFile,
+    ) -> Result<(Aggregator, RestoreCount), CheckpointError> {
+        if state.instance_id.is_empty() || state.origin_unix_nanos == 0 {
+            return Err(CheckpointError::Decode(
+                "no instance id or origin time".into(),
+            ));
+        }
+        let epoch = Instant::now();
+        let mut store = Store::new(config);
+        store.set_baseline_before(state.origin_unix_nanos);
+        let elapsed = unix_nanos().saturating_sub(state.written_unix_nanos);
+        let count = store.restore(state, CLOCK_BASE, elapsed)?;
+        Ok((
+            Aggregator {
+                store: Mutex::new(store),
+                stats,
+                epoch,
+                origin_unix_nanos: state.origin_unix_nanos,
+                instance_id: state.instance_id.clone(),
+                closed: AtomicBool::new(false),
+            },
+            count,
+        ))
+    }
+
     fn now(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+        u64::try_from(self.epoch.elapsed().as_nanos())
+            .unwrap_or(u64::MAX)
+            .saturating_add(CLOCK_BASE)
+    }
+
+    /// A copy of the whole aggregation state, taken under the lock (the only part of
+    /// a checkpoint that holds it); encode and write it after.
+    pub(crate) fn checkpoint(&self) -> StateFile {
+        let now = self.now();
+        let mut state = self.lock().checkpoint(now);
+        state.instance_id = self.instance_id.clone();
+        state.origin_unix_nanos = self.origin_unix_nanos;
+        state.written_unix_nanos = unix_nanos();
+        state
+    }
+
+    /// Whether the fleet values can be served: not waiting for restored sources to
+    /// report again (at most `stale_after` after a restore). Until then a restored
+    /// counter may lag what Prometheus or an upstream last read, which they would
+    /// take for a counter reset.
+    pub fn ready(&self) -> bool {
+        let now = self.now();
+        self.lock().ready(now)
+    }
+
+    /// Restored sources the views still wait for (see [`Aggregator::ready`]).
+    pub(crate) fn awaiting(&self) -> usize {
+        self.lock().awaiting()
+    }
+
+    /// The `service.instance.id` of this collector's own OTLP pushes.
+    pub fn instance_id(&self) -> &str {
+        &self.instance_id
+    }
+
+    /// Refuses every later request (see [`Aggregator::accepting`]).
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether requests are still taken: false once shutdown has begun its final
+    /// checkpoint.
+    pub(crate) fn accepting(&self) -> bool {
+        !self.closed.load(Ordering::SeqCst)
     }
 
     fn lock(&self) -> MutexGuard<'_, Store> {
@@ -227,10 +316,10 @@ impl Aggregator {
         let now = self.now();
         self.lock().apply(bytes, now, &mut outcome)?;
         self.stats.points_received[transport as usize]
-            .fetch_add(outcome.received, std::sync::atomic::Ordering::Relaxed);
+            .fetch_add(outcome.received, Ordering::Relaxed);
         for (i, n) in outcome.refused.iter().enumerate() {
             if *n > 0 {
-                self.stats.points_refused[i].fetch_add(*n, std::sync::atomic::Ordering::Relaxed);
+                self.stats.points_refused[i].fetch_add(*n, Ordering::Relaxed);
             }
         }
         let rejected = outcome.refused_total();
@@ -275,7 +364,7 @@ impl Aggregator {
             &store,
             now,
             include_sources,
-            self.start_unix_nanos,
+            self.origin_unix_nanos,
             unix_nanos(),
             &self.instance_id,
         )

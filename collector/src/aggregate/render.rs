@@ -1,10 +1,10 @@
 //! Prometheus text exposition (format 0.0.4) of the two views.
 
 use higgsmeter_catalog::{
-    COLLECTOR_EXPORT_DROPPED, COLLECTOR_EXPORT_QUEUE_DEPTH, COLLECTOR_EXPORTS,
-    COLLECTOR_POINTS_RECEIVED, COLLECTOR_POINTS_REFUSED, COLLECTOR_REQUESTS,
-    COLLECTOR_REQUESTS_REFUSED, COLLECTOR_SERIES, COLLECTOR_SOURCES, Family, WORKER_CURRENT_STATE,
-    WORKER_SOURCES_IN_STATE,
+    COLLECTOR_CHECKPOINTS, COLLECTOR_CONNECTIONS_REFUSED, COLLECTOR_EXPORT_DROPPED,
+    COLLECTOR_EXPORT_QUEUE_DEPTH, COLLECTOR_EXPORTS, COLLECTOR_POINTS_RECEIVED,
+    COLLECTOR_POINTS_REFUSED, COLLECTOR_REQUESTS, COLLECTOR_REQUESTS_REFUSED, COLLECTOR_SERIES,
+    COLLECTOR_SOURCES, Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
 };
 
 use super::config::GaugeAggregation;
@@ -374,6 +374,33 @@ fn family(out: &mut String, f: &Family) {
 
 fn self_metrics(store: &Store, now: u64, stats: &SelfMetrics, out: &mut String) {
     let get = SelfMetrics::get;
+    family(out, &COLLECTOR_CHECKPOINTS);
+    for (i, outcome) in ["ok", "failed"].into_iter().enumerate() {
+        let l = with_static(store, &[(COLLECTOR_CHECKPOINTS.labels[0], outcome)]);
+        sample(
+            out,
+            COLLECTOR_CHECKPOINTS.name,
+            "",
+            &l,
+            None,
+            get(&stats.checkpoints[i]) as f64,
+        );
+    }
+    family(out, &COLLECTOR_CONNECTIONS_REFUSED);
+    for t in Transport::ALL {
+        let l = with_static(
+            store,
+            &[(COLLECTOR_CONNECTIONS_REFUSED.labels[0], t.as_str())],
+        );
+        sample(
+            out,
+            COLLECTOR_CONNECTIONS_REFUSED.name,
+            "",
+            &l,
+            None,
+            get(&stats.connections_refused[t as usize]) as f64,
+        );
+    }
     family(out, &COLLECTOR_EXPORT_DROPPED);
     for e in ExporterKind::ALL {
         let l = with_static(store, &[(COLLECTOR_EXPORT_DROPPED.labels[0], e.as_str())]);

@@ -17,8 +17,16 @@ use super::render::RenderCache;
 use super::wire::{self, DataKind, HistPoint, Kv, MetricRef, NumberPoint, Val, Visitor};
 use super::{MetricKind, RefusalReason};
 
+mod checkpoint;
+
+pub(crate) use checkpoint::{CheckpointError, RestoreCount, StateFile};
+
 /// OTLP's `DataPointFlags.NO_RECORDED_VALUE`.
 const FLAG_NO_RECORDED_VALUE: u32 = 1;
+
+/// How long after a source's first point its new series can be baselines (the
+/// requests of one export arrive back to back).
+const BASELINE_WINDOW: u64 = 1_000_000_000;
 
 /// Names the collector exports itself; received metrics may not use them.
 pub(crate) const TARGET_INFO: &str = "target_info";
@@ -95,6 +103,13 @@ pub(crate) struct Source {
     fleet_job: Option<String>,
     pub(crate) last_seen: u64,
     series: usize,
+    /// Until when (monotonic ns) a new cumulative series of this source that started
+    /// before the state's origin is a baseline: the source's first export, when its
+    /// series were counted by nobody here. 0 for a source restored from a checkpoint.
+    baseline_until: u64,
+    /// Restored from a checkpoint, live then, and not heard from since: the views wait
+    /// for it (see [`Store::ready`]).
+    awaited: bool,
 }
 
 pub(crate) enum Value {
@@ -114,6 +129,8 @@ pub(crate) struct Series {
     pub(crate) last_seen: u64,
     start: u64,
     time: u64,
+    /// No point admitted yet.
+    fresh: bool,
     pub(crate) value: Value,
 }
 
@@ -191,6 +208,13 @@ pub(crate) struct Store {
     pub(crate) layout: u64,
     /// The render order of each view and the last output sizes, kept between scrapes.
     pub(crate) render_cache: RefCell<RenderCache>,
+    /// Unix ns: a new source's cumulative series that started before this are a
+    /// baseline (their value so far was counted by no fleet here); 0: never.
+    baseline_before: u64,
+    /// Restored sources not yet heard from again, and until when (monotonic ns) the
+    /// views wait for them.
+    awaiting: usize,
+    hold_until: u64,
 }
 
 fn fnv(bytes: &[u8], mut h: u64) -> u64 {
@@ -356,7 +380,27 @@ impl Store {
             last_eviction: 0,
             layout: 0,
             render_cache: RefCell::default(),
+            baseline_before: 0,
+            awaiting: 0,
+            hold_until: 0,
         }
+    }
+
+    /// Sets the baseline rule's threshold: the state's origin (unix ns; 0: off).
+    pub(crate) fn set_baseline_before(&mut self, unix_nanos: u64) {
+        self.baseline_before = unix_nanos;
+    }
+
+    /// Whether the fleet values are whole: not waiting for restored sources to report
+    /// again (a restored counter read before its sources' next points would show
+    /// Prometheus or an upstream a drop, i.e. a counter reset).
+    pub(crate) fn ready(&self, now: u64) -> bool {
+        self.awaiting == 0 || now >= self.hold_until
+    }
+
+    /// Restored sources the views still wait for.
+    pub(crate) fn awaiting(&self) -> usize {
+        self.awaiting
     }
 
     /// Whether something last seen at `seen` is still live at `now`.
@@ -401,6 +445,10 @@ impl Store {
         if let Some(&id) = self.source_by_key.get(&key) {
             if let Some(s) = self.sources[id as usize].as_mut() {
                 s.last_seen = now;
+                if s.awaited {
+                    s.awaited = false;
+                    self.awaiting = self.awaiting.saturating_sub(1);
+                }
             }
             return id;
         }
@@ -457,6 +505,8 @@ impl Store {
             fleet_job,
             last_seen: now,
             series: 0,
+            baseline_until: now.saturating_add(BASELINE_WINDOW),
+            awaited: false,
         };
         let id = match self.free_sources.pop() {
             Some(id) => {
@@ -698,6 +748,7 @@ impl Store {
             last_seen: now,
             start: 0,
             time: 0,
+            fresh: true,
             value,
         };
         let id = match self.free_series.pop() {
@@ -776,6 +827,20 @@ impl Store {
         true
     }
 
+    /// Whether the first point of series `id` is a baseline: a cumulative series, new
+    /// here, of a source first seen just now, that started before the state's origin.
+    /// What it counted before this collector (or its restored state) knew of it was
+    /// never part of the fleet; adding it now would show a jump.
+    fn is_baseline(&self, id: u32, delta: bool, start: u64, now: u64) -> bool {
+        let Some(s) = self.series[id as usize].as_ref() else {
+            return false;
+        };
+        let new_source = self.sources[s.source as usize]
+            .as_ref()
+            .is_some_and(|src| now <= src.baseline_until);
+        s.fresh && !delta && start != 0 && start < self.baseline_before && new_source
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn number_point(
         &mut self,
@@ -825,12 +890,17 @@ impl Store {
         if !self.admit(id, metric, delta, start, time, now, out) {
             return;
         }
+        let baseline = self.is_baseline(id, delta, start, now);
         let Some(s) = self.series[id as usize].as_mut() else {
             return;
         };
+        s.fresh = false;
         let increment = match &mut s.value {
             Value::Counter { value } => {
-                let inc = if delta {
+                let inc = if baseline {
+                    *value = v;
+                    0.0
+                } else if delta {
                     *value += v;
                     v
                 } else {
@@ -941,9 +1011,11 @@ impl Store {
         if !self.admit(id, metric, delta, start, time, now, out) {
             return;
         }
+        let baseline = self.is_baseline(id, delta, start, now);
         let Some(s) = self.series[id as usize].as_mut() else {
             return;
         };
+        s.fresh = false;
         let Value::Histogram(h) = &mut s.value else {
             return;
         };
@@ -954,7 +1026,9 @@ impl Store {
             || (start != 0 && s.start != 0 && start != s.start)
             || p.count < h.count
             || counts.iter().zip(&h.counts).any(|(a, b)| a < b);
-        if restarted {
+        if baseline {
+            // Counted by nobody here so far, and not counted now: only what it adds.
+        } else if restarted {
             // The whole point counts (a delta, or a restarted source's new histogram).
             f.add(counts, p.count, sum);
         } else {
@@ -1016,6 +1090,9 @@ impl Store {
                 None => false,
             };
             if forget && let Some(s) = self.sources[id].take() {
+                if s.awaited {
+                    self.awaiting = self.awaiting.saturating_sub(1);
+                }
                 self.source_by_key.remove(&s.key);
                 self.free_sources.push(id as u32);
             }

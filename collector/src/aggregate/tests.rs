@@ -7,7 +7,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use proptest::prelude::*;
 
-use super::store::{FleetValue, Outcome, Store};
+use super::store::{FleetValue, Outcome, StateFile, Store};
 use super::*;
 
 const SEC: u64 = 1_000_000_000;
@@ -645,6 +645,12 @@ proptest! {
 /// delta), gauges under each fleet rule, histograms with odd bounds, label values
 /// that need escaping, static labels, `worker_current_state`.
 fn golden_store() -> Store {
+    let mut s = Store::new(golden_config());
+    fill_golden(&mut s);
+    s
+}
+
+fn golden_config() -> AggregateConfig {
     let mut cfg = config();
     cfg.static_labels
         .insert("model_name".into(), "llama".into());
@@ -666,7 +672,10 @@ fn golden_store() -> Store {
             aggregation: GaugeAggregation::PerSource,
         },
     ];
-    let mut s = Store::new(cfg);
+    cfg
+}
+
+fn fill_golden(s: &mut Store) {
     let odd = [
         0.1,
         1e-7,
@@ -732,9 +741,8 @@ fn golden_store() -> Store {
             10,
         ));
         metrics.push(histogram("h.nobounds", &[], &[5], 1.5, 1, 10));
-        ingest(&mut s, &request(res, metrics), SEC);
+        ingest(s, &request(res, metrics), SEC);
     }
-    s
 }
 
 /// The rendered text of both views, in both formats, is byte-for-byte what it was
@@ -814,4 +822,219 @@ fn kept_render_order_follows_new_and_forgotten_series() {
         10_001 * SEC,
     );
     check(&s, 10_001 * SEC);
+}
+
+/// Encodes the store's checkpoint to file bytes, decodes them, and restores them into
+/// a fresh store with `config` (as a restarted collector does, `elapsed` ns later).
+fn restart(s: &Store, config: AggregateConfig, now: u64, elapsed: u64) -> Store {
+    let bytes = s.checkpoint(now).encode();
+    let state = StateFile::decode(&bytes).expect("decode");
+    let mut restored = Store::new(config);
+    restored
+        .restore(&state, now + elapsed, elapsed)
+        .expect("restore");
+    restored
+}
+
+/// Every kind of series (counters, delta counters, gauges under each rule, histograms,
+/// escapes, static labels) comes back rendering byte-for-byte as before, in both views.
+#[test]
+fn checkpoint_restores_both_views_exactly() {
+    let s = golden_store();
+    let r = restart(&s, golden_config(), SEC, 0);
+    for view in [View::Fleet, View::Sources] {
+        assert_eq!(render(&r, view, SEC), render(&s, view, SEC), "{view:?}");
+    }
+    // Later: ages carried over, so the same sources are stale at the same moment.
+    let later = 4 * SEC;
+    let r = restart(&s, golden_config(), SEC, later - SEC);
+    assert_eq!(
+        render(&r, View::Sources, later),
+        render(&s, View::Sources, later)
+    );
+}
+
+#[test]
+fn corrupt_truncated_and_newer_state_files_are_refused() {
+    let bytes = golden_store().checkpoint(SEC).encode();
+    assert!(StateFile::decode(&bytes).is_ok());
+    let mut flipped = bytes.clone();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 0x55;
+    let err = StateFile::decode(&flipped).unwrap_err().to_string();
+    assert!(err.contains("checksum"), "{err}");
+    let err = StateFile::decode(&bytes[..bytes.len() / 2])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("length"), "{err}");
+    let mut newer = bytes.clone();
+    newer[8..12].copy_from_slice(&99u32.to_le_bytes());
+    let err = StateFile::decode(&newer).unwrap_err().to_string();
+    assert!(err.contains("newer") && err.contains("99"), "{err}");
+    assert!(StateFile::decode(b"").is_err());
+    assert!(StateFile::decode(b"not a state file at all, really").is_err());
+}
+
+/// Without state, a source that started before the state's origin counts only what
+/// it adds after its first point; one that started after counts everything; a new
+/// series of a source already known counts everything.
+#[test]
+fn sources_older_than_the_state_start_from_a_baseline() {
+    let origin = 1_000;
+    let mut s = Store::new(config());
+    s.set_baseline_before(origin);
+    let old = |v: f64, t: u64| {
+        request(
+            worker(0),
+            vec![counter("work", false, vec![point(vec![], 10, t, v)])],
+        )
+    };
+    ingest(&mut s, &old(500.0, 2_000), SEC);
+    assert_eq!(
+        fleet_counter(&s, "work"),
+        0.0,
+        "the first point is a baseline"
+    );
+    ingest(&mut s, &old(530.0, 3_000), 2 * SEC);
+    assert_eq!(fleet_counter(&s, "work"), 30.0);
+    let young = request(
+        worker(1),
+        vec![counter(
+            "work",
+            false,
+            vec![point(vec![], 1_500, 2_000, 7.0)],
+        )],
+    );
+    ingest(&mut s, &young, 2 * SEC);
+    assert_eq!(fleet_counter(&s, "work"), 37.0, "started after the origin");
+    let new_series = request(
+        worker(0),
+        vec![counter(
+            "work",
+            false,
+            vec![point(vec![kv("k", "v")], 10, 4_000, 4.0)],
+        )],
+    );
+    ingest(&mut s, &new_series, 5 * SEC);
+    assert_eq!(
+        fleet_counter(&s, "work"),
+        41.0,
+        "a new series of a known source"
+    );
+    // A restart of the old source (a new start time) counts everything it reports.
+    let restarted = request(
+        worker(0),
+        vec![counter(
+            "work",
+            false,
+            vec![point(vec![], 5_000, 6_000, 3.0)],
+        )],
+    );
+    ingest(&mut s, &restarted, 6 * SEC);
+    assert_eq!(fleet_counter(&s, "work"), 44.0);
+}
+
+/// After a restore the views wait for the sources that were live to report again (a
+/// restored value can lag what a scraper last read), at most `stale_after`; dead
+/// sources are not waited for, and their counted time stays.
+#[test]
+fn a_restored_store_waits_for_live_sources_and_keeps_dead_ones() {
+    let mut s = Store::new(config());
+    let push = |rank: u32, v: f64, t: u64| {
+        request(
+            worker(rank),
+            vec![counter("work", false, vec![point(vec![], 10, t, v)])],
+        )
+    };
+    ingest(&mut s, &push(0, 10.0, 100), SEC);
+    ingest(&mut s, &push(1, 20.0, 100), SEC);
+    ingest(&mut s, &push(2, 5.0, 100), SEC);
+    // Rank 2 dies; the others go on.
+    let now = 10 * SEC;
+    ingest(&mut s, &push(0, 18.0, 200), now);
+    ingest(&mut s, &push(1, 29.0, 200), now);
+    assert_eq!(fleet_counter(&s, "work"), 52.0);
+    let mut r = restart(&s, config(), now, 2 * SEC);
+    let now = now + 2 * SEC;
+    assert_eq!(
+        fleet_counter(&r, "work"),
+        52.0,
+        "the dead rank's time stays"
+    );
+    assert!(!r.ready(now), "waits for ranks 0 and 1");
+    assert_eq!(r.awaiting(), 2);
+    ingest(&mut r, &push(0, 20.0, 300), now);
+    assert!(!r.ready(now));
+    ingest(&mut r, &push(1, 33.0, 300), now);
+    assert!(r.ready(now));
+    assert_eq!(fleet_counter(&r, "work"), 58.0, "only the increments since");
+    // A source that never comes back holds the views for stale_after at most.
+    let mut r = restart(&s, config(), 10 * SEC, 0);
+    assert!(!r.ready(10 * SEC + SEC));
+    assert!(r.ready(10 * SEC + 5 * SEC));
+    ingest(&mut r, &push(1, 29.0, 200), 11 * SEC);
+    assert_eq!(
+        fleet_counter(&r, "work"),
+        52.0,
+        "a retried point adds nothing"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 100, ..ProptestConfig::default() })]
+
+    /// Random stores (sources with restarts, retries, deltas, staleness) survive a
+    /// checkpoint round trip: both views render identically, and the same later
+    /// traffic moves the original and the restored fleet counter alike.
+    #[test]
+    fn checkpoint_round_trip_is_exact(steps in prop::collection::vec(step(), 1..80), later in prop::collection::vec(step(), 0..40)) {
+        let mut s = Store::new(config());
+        let mut sims = vec![Sim::default(); 4];
+        let mut now = SEC;
+        let mut clock = 100u64;
+        let mut restored: Option<Store> = None;
+        for (i, step) in steps.iter().chain(later.iter()).enumerate() {
+            if i == steps.len() {
+                let r = restart(&s, config(), now, 0);
+                for view in [View::Fleet, View::Sources] {
+                    prop_assert_eq!(render(&r, view, now), render(&s, view, now));
+                }
+                restored = Some(r);
+            }
+            clock += 1;
+            let mut reqs = Vec::new();
+            match step {
+                Step::Add { source, amount } => {
+                    sims[*source].value += u64::from(*amount);
+                    sims[*source].pending += u64::from(*amount);
+                }
+                Step::Export { source } => {
+                    let delta = *source >= 2;
+                    let sim = &mut sims[*source];
+                    let start = 1 + sim.incarnation * 1_000_000;
+                    let v = if delta { sim.pending } else { sim.value };
+                    let p_start = if delta { clock - 1 } else { start };
+                    reqs.push(request(worker(*source as u32), vec![counter("work", delta, vec![point(vec![kv("k", "v")], p_start, clock, v as f64)])]));
+                    sim.pending = 0;
+                }
+                Step::Restart { source } => {
+                    let sim = &mut sims[*source];
+                    sim.incarnation += 1;
+                    sim.value = 0;
+                    sim.pending = 0;
+                }
+                Step::Retry { .. } => {}
+                Step::Wait { secs } => now += secs * SEC,
+            }
+            for req in &reqs {
+                ingest(&mut s, req, now);
+                if let Some(r) = restored.as_mut() {
+                    ingest(r, req, now);
+                }
+            }
+            if let Some(r) = restored.as_ref() {
+                prop_assert_eq!(fleet_counter(r, "work"), fleet_counter(&s, "work"));
+            }
+        }
+    }
 }

@@ -220,7 +220,7 @@ fn any_value(buf: &[u8]) -> Result<Val<'_>> {
     Ok(val)
 }
 
-fn key_value(buf: &[u8]) -> Result<Kv<'_>> {
+pub(crate) fn key_value(buf: &[u8]) -> Result<Kv<'_>> {
     let mut r = Reader::new(buf);
     let mut kv = Kv {
         key: "",

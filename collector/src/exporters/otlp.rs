@@ -164,7 +164,11 @@ pub(crate) async fn run(
                     && let Some((_, points)) = queue.pop_front() {
                         stats.export_dropped[i].fetch_add(points, Ordering::Relaxed);
                     }
-                queue.push_back(aggregator.export_request(cfg.include_sources));
+                // Right after a restore the fleet may lag what the upstream last got
+                // (it would see a counter reset): push once the sources reported again.
+                if aggregator.ready() {
+                    queue.push_back(aggregator.export_request(cfg.include_sources));
+                }
                 stats.queue_depth[i].store(queue.len() as u64, Ordering::Relaxed);
             }
             _ = tokio::time::sleep_until(next_attempt), if !queue.is_empty() => {
@@ -193,6 +197,10 @@ pub(crate) async fn run(
                 stats.queue_depth[i].store(queue.len() as u64, Ordering::Relaxed);
             }
         }
+    }
+    if !aggregator.ready() {
+        stats.queue_depth[i].store(0, Ordering::Relaxed);
+        return;
     }
     // Flush: the newest snapshot holds everything older ones did (cumulative).
     let (request, points) = aggregator.export_request(cfg.include_sources);

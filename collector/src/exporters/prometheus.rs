@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -21,6 +21,21 @@ pub(crate) const OPENMETRICS_FORMAT: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 fn exposition(aggregator: &Aggregator, view: View, headers: &HeaderMap) -> Response {
+    if !aggregator.ready() {
+        // Right after a restore, until each source that was live has pushed again (at
+        // most stale_after): a restored value may be below what a scraper last read,
+        // which it would take for a counter reset. A failed scrape shows it nothing.
+        let text = format!(
+            "restoring the aggregation state: waiting for {} source(s) to report again (at most processors.higgsmeter.stale_after)\n",
+            aggregator.awaiting()
+        );
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, HeaderValue::from_static("1"))],
+            text,
+        )
+            .into_response();
+    }
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())

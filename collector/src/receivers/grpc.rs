@@ -1,6 +1,7 @@
 //! OTLP/gRPC receiver (tonic): metrics in, traces and logs refused as unimplemented.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf as _, Bytes};
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
@@ -21,11 +22,12 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::{CompressionEncoding, EnabledCompressionEncodings};
 use tonic::codegen::{Body as HttpBody, BoxFuture, Context, Poll, Service, StdError};
-use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
-use super::{SIGNAL_NOT_SUPPORTED, response};
+use super::limit::LimitedListener;
+use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, response};
 use crate::aggregate::Aggregator;
+use crate::config::ReceiverLimits;
 use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
 
 /// The metrics service, by hand rather than generated: tonic hands it the request's
@@ -85,6 +87,9 @@ impl tonic::server::UnaryService<Bytes> for Export {
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
         let aggregator = self.0.clone();
         Box::pin(async move {
+            if !aggregator.accepting() {
+                return Err(Status::unavailable(SHUTTING_DOWN));
+            }
             match aggregator.ingest_protobuf(request.get_ref(), Transport::Grpc) {
                 Ok(result) => Ok(Response::new(response(&result))),
                 Err(e) => Err(Status::invalid_argument(format!(
@@ -233,10 +238,14 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Serves OTLP/gRPC on `listener` until `cancel`.
+/// Serves OTLP/gRPC on `listener` until `cancel`: at most `limits.grpc_max_connections`
+/// connections, each request bounded by `limits.grpc_read_timeout`, idle connections
+/// probed with HTTP/2 pings. On `cancel` it stops accepting and lets requests in flight
+/// finish; the caller bounds that wait (`service.shutdown_timeout`).
 pub(crate) async fn serve(
     listener: TcpListener,
     max_message: usize,
+    limits: ReceiverLimits,
     aggregator: Arc<Aggregator>,
     stats: Arc<SelfMetrics>,
     cancel: CancellationToken,
@@ -247,19 +256,29 @@ pub(crate) async fn serve(
     };
     let traces = TraceServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
     let logs = LogsServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
+    let listener = Arc::new(LimitedListener::new(
+        listener,
+        limits.grpc_max_connections,
+        Transport::Grpc,
+        stats.clone(),
+    ));
+    let incoming = futures_util::stream::unfold(listener, |listener| async move {
+        let conn = listener.accept().await;
+        Some((Ok::<_, std::io::Error>(conn), listener))
+    });
     let layer = tower::ServiceBuilder::new().map_response(move |resp| account(&stats, resp));
     // Larger HTTP/2 windows: a 1,000-point request is ~130 KiB, over the 64 KiB default.
     let result = tonic::transport::Server::builder()
         .initial_stream_window_size(Some(2 * 1024 * 1024))
         .initial_connection_window_size(Some(8 * 1024 * 1024))
+        .timeout(limits.grpc_read_timeout)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .layer(layer)
         .add_service(metrics)
         .add_service(traces)
         .add_service(logs)
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            cancel.cancelled(),
-        )
+        .serve_with_incoming_shutdown(incoming, cancel.cancelled())
         .await;
     if let Err(e) = result {
         tracing::error!(error = %e, "the OTLP/gRPC receiver stopped");

@@ -16,8 +16,10 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{SIGNAL_NOT_SUPPORTED, response};
+use super::limit::LimitedListener;
+use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, response};
 use crate::aggregate::Aggregator;
+use crate::config::ReceiverLimits;
 use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
 
 /// `google.rpc.Status`, the body of OTLP/HTTP error responses.
@@ -49,6 +51,7 @@ struct AppState {
     aggregator: Arc<Aggregator>,
     stats: Arc<SelfMetrics>,
     max_body: usize,
+    read_timeout: std::time::Duration,
 }
 
 fn encode<M: prost::Message + serde::Serialize>(
@@ -85,6 +88,8 @@ fn refuse(
     let code = match status {
         StatusCode::PAYLOAD_TOO_LARGE => 8,
         StatusCode::NOT_IMPLEMENTED | StatusCode::NOT_FOUND => 12,
+        StatusCode::SERVICE_UNAVAILABLE => 14,
+        StatusCode::REQUEST_TIMEOUT => 4,
         _ => 3,
     };
     encode(encoding, status, &RpcStatus { code, message })
@@ -127,8 +132,31 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap, body: Body) 
             );
         }
     };
+    if !state.aggregator.accepting() {
+        return refuse(
+            &state,
+            encoding,
+            StatusCode::SERVICE_UNAVAILABLE,
+            RequestRefusal::Other,
+            SHUTTING_DOWN.to_owned(),
+        );
+    }
     let max = state.max_body;
-    let raw: Bytes = match Limited::new(body, max).collect().await {
+    let read = tokio::time::timeout(state.read_timeout, Limited::new(body, max).collect());
+    let Ok(read) = read.await else {
+        let message = format!(
+            "the request body did not arrive within {:?} (receivers.otlp.protocols.http.read_timeout)",
+            state.read_timeout
+        );
+        return refuse(
+            &state,
+            encoding,
+            StatusCode::REQUEST_TIMEOUT,
+            RequestRefusal::Other,
+            message,
+        );
+    };
+    let raw: Bytes = match read {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
             let message = format!(
@@ -237,18 +265,26 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Serves OTLP/HTTP on `listener` until `cancel`.
+/// Serves OTLP/HTTP on `listener` until `cancel`: at most
+/// `limits.http_max_connections` connections; a connection whose next request's
+/// headers take longer than `limits.http_read_header_timeout` (half-sent, or idle
+/// keep-alive) is closed, a body slower than `limits.http_read_timeout` gets 408. On
+/// `cancel` it stops accepting, lets requests in flight finish and closes idle
+/// connections; the caller bounds that wait (`service.shutdown_timeout`), and
+/// dropping this future drops every connection.
 pub(crate) async fn serve(
     listener: TcpListener,
     max_body: usize,
+    limits: ReceiverLimits,
     aggregator: Arc<Aggregator>,
     stats: Arc<SelfMetrics>,
     cancel: CancellationToken,
 ) {
     let state = AppState {
         aggregator,
-        stats,
+        stats: stats.clone(),
         max_body,
+        read_timeout: limits.http_read_timeout,
     };
     let app = Router::new()
         .route("/v1/metrics", post(metrics))
@@ -258,10 +294,38 @@ pub(crate) async fn serve(
         .route("/readyz", get(healthz))
         .layer(DefaultBodyLimit::disable())
         .with_state(state);
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(cancel.cancelled_owned())
-        .await;
-    if let Err(e) = result {
-        tracing::error!(error = %e, "the OTLP/HTTP receiver stopped");
+    let listener = LimitedListener::new(
+        listener,
+        limits.http_max_connections,
+        Transport::Http,
+        stats,
+    );
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let conn = tokio::select! {
+            _ = cancel.cancelled() => break,
+            conn = listener.accept() => conn,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let cancel = cancel.clone();
+        let header_timeout = limits.http_read_header_timeout;
+        connections.spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .keep_alive(true);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(conn), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = cancel.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
     }
+    while connections.join_next().await.is_some() {}
 }

@@ -6,6 +6,7 @@
 
 pub(crate) mod grpc;
 pub(crate) mod http;
+mod limit;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
@@ -24,3 +25,8 @@ pub(crate) fn response(result: &IngestResult) -> ExportMetricsServiceResponse {
 
 /// What a traces or logs request is told.
 pub(crate) const SIGNAL_NOT_SUPPORTED: &str = "higgsmeter-collector receives metrics only; send traces and logs to another OpenTelemetry collector";
+
+/// What a request that arrives while the collector shuts down is told (it is not
+/// counted: the sender retries against the next process).
+pub(crate) const SHUTTING_DOWN: &str =
+    "higgsmeter-collector is shutting down; retry shortly (nothing of this request was counted)";

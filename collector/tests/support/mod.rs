@@ -62,6 +62,12 @@ impl CollectorProcess {
             std::fs::write(&path, yaml).expect("write config");
             cmd.arg("--config").arg(path);
         }
+        // Each collector its own state directory (the default is the working directory's).
+        let storage_set =
+            extra.contains(&"--storage") || config_yaml.is_some_and(|y| y.contains("storage"));
+        if !storage_set {
+            cmd.arg("--storage").arg(temp_dir("state"));
+        }
         cmd.args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -135,6 +135,29 @@ pub const COLLECTOR_EXPORT_DROPPED: Family = Family {
     buckets: &[],
 };
 
+/// `higgsmeter_collector_checkpoints_total` (counter): writes of the aggregation
+/// state to its storage directory, by outcome (`ok`, `failed`: a full disk, an I/O
+/// error; ingest goes on, and the next write tries again).
+pub const COLLECTOR_CHECKPOINTS: Family = Family {
+    name: "higgsmeter_collector_checkpoints_total",
+    kind: Kind::Counter,
+    help: "Writes of the aggregation state to its storage directory, by outcome (ok, failed)",
+    unit: "{checkpoint}",
+    labels: &["outcome"],
+    buckets: &[],
+};
+
+/// `higgsmeter_collector_connections_refused_total` (counter): connections closed at
+/// once because a receiver already had `max_connections` open, by transport.
+pub const COLLECTOR_CONNECTIONS_REFUSED: Family = Family {
+    name: "higgsmeter_collector_connections_refused_total",
+    kind: Kind::Counter,
+    help: "Connections refused because the receiver had max_connections open, by transport",
+    unit: "{connection}",
+    labels: &["transport"],
+    buckets: &[],
+};
+
 /// Every family the collector exports about itself or derives for the fleet view.
 pub const COLLECTOR_FAMILIES: &[Family] = &[
     WORKER_SOURCES_IN_STATE,
@@ -147,4 +170,6 @@ pub const COLLECTOR_FAMILIES: &[Family] = &[
     COLLECTOR_EXPORTS,
     COLLECTOR_EXPORT_QUEUE_DEPTH,
     COLLECTOR_EXPORT_DROPPED,
+    COLLECTOR_CHECKPOINTS,
+    COLLECTOR_CONNECTIONS_REFUSED,
 ];

@@ -29,7 +29,7 @@
 //! instrument name higgsmeter uses (counters keep the `_total` the seeds spell), so an
 //! exporter must not append unit or `_total` suffixes to catalog families.
 //!
-//! Supported Rust version: 1.88 or newer.
+//! Supported Rust version: 1.89 or newer.
 
 #![no_std]
 

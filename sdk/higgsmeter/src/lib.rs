@@ -86,7 +86,7 @@
 //!
 //! # Supported Rust version
 //!
-//! 1.88 or newer.
+//! 1.89 or newer.
 
 mod clock;
 mod engine;

@@ -75,7 +75,7 @@
 //! | `HIGGSMETER_NVML_LIBRARY` | NVML library to load (path or file name); default `libnvidia-ml.so.1`. [`NvmlMeterBuilder::with_library_path`] wins over it. |
 //! | `CUDA_VISIBLE_DEVICES` | which GPUs are metered, with CUDA's rules: indices (NVML/PCI bus order) or `GPU-` UUIDs and unique prefixes, up to the first entry naming no GPU; unset = all. [`NvmlMeterBuilder::with_visible_devices`] wins over it. |
 //!
-//! Supported Rust version: 1.88 or newer.
+//! Supported Rust version: 1.89 or newer.
 
 mod error;
 mod instruments;

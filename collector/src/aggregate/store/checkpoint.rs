@@ -1,0 +1,477 @@
+//! The store's aggregation state as a checkpoint: what a restarted collector needs to
+//! continue every fleet series without a reset or a spike, and every per-source
+//! series where it was.
+//!
+//! The file is `MAGIC`, a little-endian `u32` format version, the payload's length
+//! (`u64`) and CRC-32 (`u32`), then the payload: a protobuf [`StateFile`]. Versions
+//! newer than [`VERSION`] are refused (a downgrade must not misread them); a torn or
+//! corrupt file fails its length or checksum.
+//!
+//! What is kept: per source its resource and when it was last heard from; per series
+//! its source, metric, point attributes, start and last point time, last cumulative
+//! value (or histogram) and last-seen age; the fleet accumulators (counters and
+//! histograms) with their labels; and the metric metadata (name, kind, help, unit).
+//! Labels are derived again from the current configuration on restore, so a restart
+//! with other `sum_over` or `static_labels` starts new fleet series beside the
+//! restored ones instead of mixing them.
+
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use prost::Message as _;
+
+use super::super::MetricKind;
+use super::super::naming::render_labels;
+use super::super::wire::{self, DataKind, Kv, MetricRef, Val};
+use super::{Fleet, FleetValue, Hist, Store, Value};
+
+/// The file's first bytes.
+const MAGIC: &[u8; 8] = b"HGMSTATE";
+/// The format this build writes and the newest it reads.
+pub(crate) const VERSION: u32 = 1;
+const HEADER: usize = 8 + 4 + 8 + 4;
+
+/// Why a checkpoint could not be read.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CheckpointError {
+    /// Not a state file, or cut short.
+    #[error("not a higgsmeter-collector state file, or cut short ({0})")]
+    Corrupt(&'static str),
+    /// Written by a newer collector.
+    #[error(
+        "written by a newer higgsmeter-collector (state format {found}; this build reads up to {VERSION})"
+    )]
+    Newer {
+        /// The file's version.
+        found: u32,
+    },
+    /// The payload does not decode.
+    #[error("the state does not decode: {0}")]
+    Decode(String),
+}
+
+/// The decoded state file: the aggregator's identity and the store's state.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct StateFile {
+    /// The `service.instance.id` this collector pushes upstream with.
+    #[prost(string, tag = "1")]
+    pub(crate) instance_id: String,
+    /// When the state began (unix ns): the start time of every fleet series.
+    #[prost(uint64, tag = "2")]
+    pub(crate) origin_unix_nanos: u64,
+    /// When it was written (unix ns).
+    #[prost(uint64, tag = "3")]
+    pub(crate) written_unix_nanos: u64,
+    #[prost(message, repeated, tag = "4")]
+    metrics: Vec<MetricState>,
+    #[prost(message, repeated, tag = "5")]
+    sources: Vec<SourceState>,
+    #[prost(message, repeated, tag = "6")]
+    fleet: Vec<FleetState>,
+    #[prost(message, repeated, tag = "7")]
+    series: Vec<SeriesState>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct MetricState {
+    #[prost(string, tag = "1")]
+    name: String,
+    #[prost(string, tag = "2")]
+    help: String,
+    #[prost(string, tag = "3")]
+    unit: String,
+    /// 0 counter, 1 gauge, 2 histogram.
+    #[prost(uint32, tag = "4")]
+    kind: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct SourceState {
+    #[prost(message, repeated, tag = "1")]
+    resource: Vec<KeyValue>,
+    /// How long before the write it was last heard from, ns.
+    #[prost(uint64, tag = "2")]
+    age: u64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Pair {
+    #[prost(string, tag = "1")]
+    key: String,
+    #[prost(string, tag = "2")]
+    value: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct HistState {
+    #[prost(double, repeated, tag = "1")]
+    bounds: Vec<f64>,
+    #[prost(uint64, repeated, tag = "2")]
+    counts: Vec<u64>,
+    #[prost(uint64, tag = "3")]
+    count: u64,
+    #[prost(double, tag = "4")]
+    sum: f64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct FleetState {
+    #[prost(uint32, tag = "1")]
+    metric: u32,
+    #[prost(message, repeated, tag = "2")]
+    labels: Vec<Pair>,
+    #[prost(double, tag = "3")]
+    counter: f64,
+    #[prost(message, optional, tag = "4")]
+    hist: Option<HistState>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct SeriesState {
+    #[prost(uint32, tag = "1")]
+    source: u32,
+    #[prost(uint32, tag = "2")]
+    metric: u32,
+    #[prost(message, repeated, tag = "3")]
+    attrs: Vec<Pair>,
+    #[prost(fixed64, tag = "4")]
+    start: u64,
+    #[prost(fixed64, tag = "5")]
+    time: u64,
+    /// How long before the write it was last seen, ns.
+    #[prost(uint64, tag = "6")]
+    age: u64,
+    /// A counter's last cumulative value or a gauge's value.
+    #[prost(double, tag = "7")]
+    value: f64,
+    #[prost(message, optional, tag = "8")]
+    hist: Option<HistState>,
+    /// A gauge's last update, ns before the write.
+    #[prost(uint64, tag = "9")]
+    updated_age: u64,
+}
+
+fn kind_code(kind: MetricKind) -> u32 {
+    match kind {
+        MetricKind::Counter => 0,
+        MetricKind::Gauge => 1,
+        MetricKind::Histogram => 2,
+    }
+}
+
+fn hist_state(h: &Hist) -> HistState {
+    HistState {
+        bounds: h.bounds.clone(),
+        counts: h.counts.clone(),
+        count: h.count,
+        sum: h.sum,
+    }
+}
+
+fn hist(h: &HistState) -> Result<Hist, CheckpointError> {
+    if h.counts.len() != h.bounds.len() + 1 {
+        return Err(CheckpointError::Decode(
+            "a histogram's bucket counts do not match its bounds".into(),
+        ));
+    }
+    Ok(Hist {
+        bounds: h.bounds.clone(),
+        counts: h.counts.clone(),
+        count: h.count,
+        sum: h.sum,
+    })
+}
+
+fn pairs(labels: &[(String, String)]) -> Vec<Pair> {
+    labels
+        .iter()
+        .map(|(k, v)| Pair {
+            key: k.clone(),
+            value: v.clone(),
+        })
+        .collect()
+}
+
+impl StateFile {
+    /// The file's bytes.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let payload = self.encode_to_vec();
+        let mut out = Vec::with_capacity(HEADER + payload.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
+        out.extend_from_slice(&payload);
+        out
+    }
+
+    /// Reads a file's bytes.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<StateFile, CheckpointError> {
+        if bytes.len() < HEADER || &bytes[..8] != MAGIC {
+            return Err(CheckpointError::Corrupt("no state file header"));
+        }
+        let word = |at: usize| -> [u8; 4] {
+            let mut b = [0; 4];
+            b.copy_from_slice(&bytes[at..at + 4]);
+            b
+        };
+        let version = u32::from_le_bytes(word(8));
+        if version > VERSION {
+            return Err(CheckpointError::Newer { found: version });
+        }
+        if version == 0 {
+            return Err(CheckpointError::Corrupt("format version 0"));
+        }
+        let mut len = [0; 8];
+        len.copy_from_slice(&bytes[12..20]);
+        let len = u64::from_le_bytes(len);
+        let crc = u32::from_le_bytes(word(20));
+        let payload = &bytes[HEADER..];
+        if payload.len() as u64 != len {
+            return Err(CheckpointError::Corrupt("the length does not match"));
+        }
+        if crc32fast::hash(payload) != crc {
+            return Err(CheckpointError::Corrupt("the checksum does not match"));
+        }
+        StateFile::decode_payload(payload)
+    }
+
+    fn decode_payload(payload: &[u8]) -> Result<StateFile, CheckpointError> {
+        <StateFile as prost::Message>::decode(payload)
+            .map_err(|e| CheckpointError::Decode(e.to_string()))
+    }
+}
+
+impl Store {
+    /// Copies the state (this is what runs under the aggregator's lock; encoding and
+    /// writing happen after it is released). Ages are relative to `now`.
+    pub(crate) fn checkpoint(&self, now: u64) -> StateFile {
+        let mut source_index = vec![u32::MAX; self.sources.len()];
+        let mut sources = Vec::new();
+        for (id, src) in self.sources.iter().enumerate() {
+            if let Some(src) = src {
+                source_index[id] = sources.len() as u32;
+                sources.push(SourceState {
+                    resource: src.resource.clone(),
+                    age: now.saturating_sub(src.last_seen),
+                });
+            }
+        }
+        let metrics = self
+            .metrics
+            .iter()
+            .map(|m| MetricState {
+                name: m.otel_name.clone(),
+                help: m.help.clone(),
+                unit: m.unit.clone(),
+                kind: kind_code(m.kind),
+            })
+            .collect();
+        let fleet = self
+            .fleet
+            .iter()
+            .filter_map(|f| {
+                let (counter, hist) = match &f.value {
+                    FleetValue::Counter(v) => (*v, None),
+                    FleetValue::Histogram(h) => (0.0, Some(hist_state(h))),
+                    FleetValue::Gauge => return None,
+                };
+                Some(FleetState {
+                    metric: f.metric,
+                    labels: pairs(&f.label_pairs),
+                    counter,
+                    hist,
+                })
+            })
+            .collect();
+        let mut series = Vec::with_capacity(self.series_held);
+        for s in self.series.iter().flatten() {
+            if s.fresh {
+                continue;
+            }
+            let (value, hist, updated_age) = match &s.value {
+                Value::Counter { value } => (*value, None, 0),
+                Value::Gauge { value, updated } => (*value, None, now.saturating_sub(*updated)),
+                Value::Histogram(h) => (0.0, Some(hist_state(h)), 0),
+            };
+            series.push(SeriesState {
+                source: source_index[s.source as usize],
+                metric: s.metric,
+                attrs: pairs(&s.attrs),
+                start: s.start,
+                time: s.time,
+                age: now.saturating_sub(s.last_seen),
+                value,
+                hist,
+                updated_age,
+            });
+        }
+        StateFile {
+            instance_id: String::new(),
+            origin_unix_nanos: 0,
+            written_unix_nanos: 0,
+            metrics,
+            sources,
+            fleet,
+            series,
+        }
+    }
+
+    /// Loads a checkpoint into this empty store. `now` is the monotonic time, and
+    /// `elapsed` how long ago (ns) the file was written. Sources live when it was
+    /// written are awaited: the views hold until each has reported again, or for at
+    /// most `stale_after`. Returns how many series were restored; what the current
+    /// configuration refuses (a limit, a type conflict) is left out and counted.
+    pub(crate) fn restore(
+        &mut self,
+        state: &StateFile,
+        now: u64,
+        elapsed: u64,
+    ) -> Result<RestoreCount, CheckpointError> {
+        let at = |age: u64| now.saturating_sub(elapsed.saturating_add(age)).max(1);
+        let mut count = RestoreCount::default();
+        let mut metric_ids = Vec::with_capacity(state.metrics.len());
+        for m in &state.metrics {
+            let kind = match m.kind {
+                0 => MetricKind::Counter,
+                1 => MetricKind::Gauge,
+                2 => MetricKind::Histogram,
+                _ => return Err(CheckpointError::Decode("unknown metric kind".into())),
+            };
+            let data = match kind {
+                MetricKind::Counter => DataKind::Sum {
+                    monotonic: true,
+                    delta: false,
+                },
+                MetricKind::Gauge => DataKind::Gauge,
+                MetricKind::Histogram => DataKind::Histogram { delta: false },
+            };
+            let r = MetricRef {
+                name: &m.name,
+                description: &m.help,
+                unit: &m.unit,
+                kind: data,
+                points: Vec::new(),
+            };
+            metric_ids.push(self.metric_id(&r, kind).ok());
+        }
+        for f in &state.fleet {
+            let Some(Some(metric)) = metric_ids.get(f.metric as usize).copied() else {
+                count.left_out += 1;
+                continue;
+            };
+            let label_pairs: Vec<(String, String)> = f
+                .labels
+                .iter()
+                .map(|p| (p.key.clone(), p.value.clone()))
+                .collect();
+            let labels = render_labels(&label_pairs);
+            let value = match (&f.hist, self.metrics[metric as usize].kind) {
+                (Some(h), MetricKind::Histogram) => FleetValue::Histogram(hist(h)?),
+                (None, MetricKind::Counter) => FleetValue::Counter(f.counter),
+                _ => {
+                    count.left_out += 1;
+                    continue;
+                }
+            };
+            if self.fleet_index.contains_key(&(metric, labels.clone())) {
+                return Err(CheckpointError::Decode(
+                    "a fleet series appears twice".into(),
+                ));
+            }
+            let id = self.fleet.len() as u32;
+            self.fleet.push(Fleet {
+                metric,
+                label_pairs,
+                labels: labels.clone(),
+                value,
+                warned_bounds: false,
+            });
+            self.fleet_index.insert((metric, labels), id);
+            self.layout = self.layout.wrapping_add(1);
+        }
+        let mut source_ids = Vec::with_capacity(state.sources.len());
+        let mut raw = Vec::new();
+        for s in &state.sources {
+            raw.clear();
+            raw.extend(s.resource.iter().map(|kv| kv.encode_to_vec()));
+            let kvs = raw
+                .iter()
+                .map(|b| wire::key_value(b))
+                .collect::<Result<Vec<Kv<'_>>, _>>()
+                .map_err(|e| CheckpointError::Decode(e.to_string()))?;
+            let id = self.source_for(&kvs, now);
+            let live = self.is_live(at(s.age), now);
+            if let Some(src) = self.sources[id as usize].as_mut() {
+                src.last_seen = at(s.age);
+                src.baseline_until = 0;
+                if live && !src.awaited {
+                    src.awaited = true;
+                    self.awaiting += 1;
+                }
+            }
+            source_ids.push(id);
+        }
+        self.hold_until = now.saturating_add(self.stale_after);
+        for s in &state.series {
+            let (Some(&source), Some(Some(metric))) = (
+                source_ids.get(s.source as usize),
+                metric_ids.get(s.metric as usize).copied(),
+            ) else {
+                count.left_out += 1;
+                continue;
+            };
+            let kvs: Vec<Kv<'_>> = s
+                .attrs
+                .iter()
+                .map(|p| Kv {
+                    key: &p.key,
+                    val: Val::Str(&p.value),
+                })
+                .collect();
+            let kind = self.metrics[metric as usize].kind;
+            let value = match (kind, &s.hist) {
+                (MetricKind::Counter, None) => Value::Counter { value: s.value },
+                (MetricKind::Gauge, None) => Value::Gauge {
+                    value: s.value,
+                    updated: at(s.updated_age),
+                },
+                (MetricKind::Histogram, Some(h)) => Value::Histogram(hist(h)?),
+                _ => {
+                    count.left_out += 1;
+                    continue;
+                }
+            };
+            let bounds = match &value {
+                Value::Histogram(h) => Some(h.bounds.clone()),
+                _ => None,
+            };
+            let Ok(id) = self.series_for(source, metric, &kvs, bounds.as_deref(), now) else {
+                count.left_out += 1;
+                continue;
+            };
+            if let Some(series) = self.series[id as usize].as_mut() {
+                if !series.fresh {
+                    return Err(CheckpointError::Decode("a series appears twice".into()));
+                }
+                series.fresh = false;
+                series.start = s.start;
+                series.time = s.time;
+                series.last_seen = at(s.age);
+                series.value = value;
+                count.series += 1;
+            }
+        }
+        count.sources = source_ids.len();
+        Ok(count)
+    }
+}
+
+/// What a restore brought back.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RestoreCount {
+    /// Sources.
+    pub(crate) sources: usize,
+    /// Per-source series.
+    pub(crate) series: usize,
+    /// Entries the current configuration refuses (limits, type conflicts).
+    pub(crate) left_out: usize,
+}
