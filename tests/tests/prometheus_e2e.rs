@@ -799,26 +799,3 @@ fn killed_worker_alerts_and_restarted_rank_keeps_the_fleet_counting() {
     drop(workers);
     drop(collector);
 }
-
-/// Releases every held worker, waits for each to exit cleanly and returns the ground
-/// truth each wrote, by rank.
-fn release_and_collect(workers: &mut [Worker]) -> Vec<GroundTruth> {
-    for w in workers.iter_mut() {
-        let stdin = w.process.child().stdin.as_mut().unwrap();
-        stdin.write_all(b"release\n").unwrap();
-        stdin.flush().unwrap();
-    }
-    let mut truth = Vec::new();
-    for w in workers.iter_mut() {
-        let status = w.process.wait_exit(Duration::from_secs(30)).unwrap();
-        assert!(
-            status.success(),
-            "{} exited with {status}",
-            w.process.name()
-        );
-        let text = std::fs::read_to_string(&w.truth_path).unwrap();
-        truth.push(serde_json::from_str::<GroundTruth>(&text).unwrap());
-    }
-    truth.sort_by_key(|t| t.rank);
-    truth
-}

@@ -3,6 +3,7 @@
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, reason = "test code")]
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -183,4 +184,27 @@ pub fn wait_scraped(prom: &PromClient, jobs: usize) {
             .then_some(())
             .ok_or(format!("up: {up:?}"))
     });
+}
+
+/// Releases every held worker, waits for each to exit cleanly and returns the ground
+/// truth each wrote, by rank.
+pub fn release_and_collect(workers: &mut [Worker]) -> Vec<GroundTruth> {
+    for w in workers.iter_mut() {
+        let stdin = w.process.child().stdin.as_mut().unwrap();
+        stdin.write_all(b"release\n").unwrap();
+        stdin.flush().unwrap();
+    }
+    let mut truth = Vec::new();
+    for w in workers.iter_mut() {
+        let status = w.process.wait_exit(Duration::from_secs(30)).unwrap();
+        assert!(
+            status.success(),
+            "{} exited with {status}",
+            w.process.name()
+        );
+        let text = std::fs::read_to_string(&w.truth_path).unwrap();
+        truth.push(serde_json::from_str::<GroundTruth>(&text).unwrap());
+    }
+    truth.sort_by_key(|t| t.rank);
+    truth
 }
