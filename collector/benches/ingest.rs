@@ -184,5 +184,32 @@ fn render(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, ingest, render);
+/// A checkpoint of 100k series (half histograms): the copy taken under the store's
+/// lock (what ingest waits for), and the encoding done after it is released.
+fn checkpoint(c: &mut Criterion) {
+    let mut group = c.benchmark_group("checkpoint");
+    group.sample_size(20);
+    let config = AggregateConfig {
+        max_series: 1_000_000,
+        max_series_per_metric: 1_000_000,
+        stale_after: Some(Duration::from_secs(3600)),
+        ..AggregateConfig::default()
+    };
+    let aggregator = Aggregator::standalone(config).expect("config");
+    for w in 0..100 {
+        let req = request_scaled(w, 1, true, 0.37).encode_to_vec();
+        let _ = aggregator.ingest_protobuf(&req, Transport::Grpc);
+    }
+    group.bench_function("copy_under_lock_100k_series", |b| {
+        b.iter_with_large_drop(|| aggregator.snapshot_state())
+    });
+    let snapshot = aggregator.snapshot_state();
+    println!("checkpoint file: {} bytes", snapshot.encode().len());
+    group.bench_function("encode_100k_series", |b| {
+        b.iter(|| black_box(snapshot.encode().len()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, ingest, render, checkpoint);
 criterion_main!(benches);

@@ -77,7 +77,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use aggregate::{
     AggregateConfig, Aggregator, DecodeError, GaugeAggregation, GaugeRule, IngestResult,
-    SourceActivity, View,
+    SourceActivity, StateSnapshot, View,
 };
 pub use config::{Config, Overrides, Plan};
 pub use error::Error;
@@ -154,8 +154,7 @@ impl Checkpointer {
     /// failure (a full disk) is counted and logged at most once a minute; ingest goes
     /// on and the next checkpoint tries again.
     fn write(&self) -> bool {
-        let state = self.aggregator.checkpoint();
-        let bytes = state.encode();
+        let bytes = self.aggregator.snapshot_state().encode();
         match self.storage.write(&bytes) {
             Ok(()) => {
                 self.stats.checkpoints[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -128,6 +128,34 @@ pub struct SourceActivity {
     pub live: bool,
 }
 
+/// A copy of the aggregation state taken by [`Aggregator::snapshot_state`].
+pub struct StateSnapshot {
+    copy: store::StoreCopy,
+    instance_id: String,
+    origin_unix_nanos: u64,
+    written_unix_nanos: u64,
+}
+
+impl std::fmt::Debug for StateSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateSnapshot")
+            .field("instance_id", &self.instance_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StateSnapshot {
+    /// The state file's bytes (versioned, checksummed; what the collector writes to
+    /// `extensions.file_storage.directory`), built without the aggregator's lock.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut state = self.copy.to_state();
+        state.instance_id = self.instance_id.clone();
+        state.origin_unix_nanos = self.origin_unix_nanos;
+        state.written_unix_nanos = self.written_unix_nanos;
+        state.encode()
+    }
+}
+
 /// The shared aggregation state: ingest from any receiver, render for any exporter.
 pub struct Aggregator {
     store: Mutex<Store>,
@@ -240,15 +268,17 @@ impl Aggregator {
             .saturating_add(CLOCK_BASE)
     }
 
-    /// A copy of the whole aggregation state, taken under the lock (the only part of
-    /// a checkpoint that holds it); encode and write it after.
-    pub(crate) fn checkpoint(&self) -> StateFile {
+    /// A copy of the whole aggregation state, as a checkpoint holds it: the part of
+    /// a checkpoint that holds the lock (to embed the aggregation, or measure it).
+    pub fn snapshot_state(&self) -> StateSnapshot {
         let now = self.now();
-        let mut state = self.lock().checkpoint(now);
-        state.instance_id = self.instance_id.clone();
-        state.origin_unix_nanos = self.origin_unix_nanos;
-        state.written_unix_nanos = unix_nanos();
-        state
+        let copy = self.lock().checkpoint(now);
+        StateSnapshot {
+            copy,
+            instance_id: self.instance_id.clone(),
+            origin_unix_nanos: self.origin_unix_nanos,
+            written_unix_nanos: unix_nanos(),
+        }
     }
 
     /// Whether the fleet values can be served: not waiting for restored sources to

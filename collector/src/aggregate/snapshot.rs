@@ -40,7 +40,7 @@ fn hist_point(attrs: Vec<KeyValue>, start: u64, time: u64, h: &Hist) -> Histogra
         count: h.count,
         sum: Some(h.sum),
         bucket_counts: h.counts.clone(),
-        explicit_bounds: h.bounds.clone(),
+        explicit_bounds: h.bounds.to_vec(),
         ..Default::default()
     }
 }

@@ -19,7 +19,7 @@ use super::{MetricKind, RefusalReason};
 
 mod checkpoint;
 
-pub(crate) use checkpoint::{CheckpointError, RestoreCount, StateFile};
+pub(crate) use checkpoint::{CheckpointError, RestoreCount, StateFile, StoreCopy};
 
 /// OTLP's `DataPointFlags.NO_RECORDED_VALUE`.
 const FLAG_NO_RECORDED_VALUE: u32 = 1;
@@ -57,7 +57,8 @@ impl Outcome {
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Hist {
-    pub(crate) bounds: Vec<f64>,
+    /// Shared between a fleet entry and its series (and a checkpoint's copy).
+    pub(crate) bounds: std::sync::Arc<[f64]>,
     pub(crate) counts: Vec<u64>,
     pub(crate) count: u64,
     pub(crate) sum: f64,
@@ -66,7 +67,7 @@ pub(crate) struct Hist {
 impl Hist {
     fn empty(bounds: &[f64]) -> Hist {
         Hist {
-            bounds: bounds.to_vec(),
+            bounds: bounds.into(),
             counts: vec![0; bounds.len() + 1],
             count: 0,
             sum: 0.0,
@@ -123,7 +124,8 @@ pub(crate) struct Series {
     pub(crate) metric: u32,
     pub(crate) fleet: u32,
     hash: u64,
-    attrs: Vec<(String, String)>,
+    /// Shared, so a checkpoint copies it by reference under the lock.
+    attrs: std::sync::Arc<[(String, String)]>,
     /// Rendered per-source labels (source labels, point labels, static labels).
     pub(crate) labels: String,
     pub(crate) last_seen: u64,
@@ -157,7 +159,8 @@ pub(crate) enum FleetValue {
 
 pub(crate) struct Fleet {
     pub(crate) metric: u32,
-    pub(crate) label_pairs: Vec<(String, String)>,
+    /// Shared, so a checkpoint copies it by reference under the lock.
+    pub(crate) label_pairs: std::sync::Arc<[(String, String)]>,
     pub(crate) labels: String,
     pub(crate) value: FleetValue,
     warned_bounds: bool,
@@ -704,7 +707,7 @@ impl Store {
         let fleet = match self.fleet_index.get(&(metric, fleet_rendered.clone())) {
             Some(&f) => {
                 if let (Some(b), FleetValue::Histogram(h)) = (bounds, &self.fleet[f as usize].value)
-                    && h.bounds != b
+                    && *h.bounds != *b
                 {
                     return Err(self.bounds_refusal(f, metric));
                 }
@@ -721,7 +724,7 @@ impl Store {
                 let f = self.fleet.len() as u32;
                 self.fleet.push(Fleet {
                     metric,
-                    label_pairs: fleet_pairs,
+                    label_pairs: fleet_pairs.into(),
                     labels: fleet_rendered.clone(),
                     value,
                     warned_bounds: false,
@@ -743,7 +746,7 @@ impl Store {
             metric,
             fleet,
             hash,
-            attrs: attrs_key,
+            attrs: attrs_key.into(),
             labels,
             last_seen: now,
             start: 0,
@@ -996,7 +999,7 @@ impl Store {
         let fleet_bounds_ok = self.series[id as usize].as_ref().is_some_and(|s| {
             match (&s.value, &self.fleet[s.fleet as usize].value) {
                 (Value::Histogram(h), FleetValue::Histogram(f)) => {
-                    h.bounds == *bounds && f.bounds == *bounds
+                    *h.bounds == **bounds && *f.bounds == **bounds
                 }
                 _ => false,
             }

@@ -827,7 +827,7 @@ fn kept_render_order_follows_new_and_forgotten_series() {
 /// Encodes the store's checkpoint to file bytes, decodes them, and restores them into
 /// a fresh store with `config` (as a restarted collector does, `elapsed` ns later).
 fn restart(s: &Store, config: AggregateConfig, now: u64, elapsed: u64) -> Store {
-    let bytes = s.checkpoint(now).encode();
+    let bytes = s.checkpoint(now).to_state().encode();
     let state = StateFile::decode(&bytes).expect("decode");
     let mut restored = Store::new(config);
     restored
@@ -856,7 +856,7 @@ fn checkpoint_restores_both_views_exactly() {
 
 #[test]
 fn corrupt_truncated_and_newer_state_files_are_refused() {
-    let bytes = golden_store().checkpoint(SEC).encode();
+    let bytes = golden_store().checkpoint(SEC).to_state().encode();
     assert!(StateFile::decode(&bytes).is_ok());
     let mut flipped = bytes.clone();
     let last = flipped.len() - 1;

@@ -147,6 +147,10 @@ struct SeriesState {
     /// A gauge's last update, ns before the write.
     #[prost(uint64, tag = "9")]
     updated_age: u64,
+    /// A histogram's fleet entry (an index into `StateFile.fleet`), whose bounds it
+    /// has: its own `hist.bounds` are left empty.
+    #[prost(uint32, tag = "10")]
+    fleet: u32,
 }
 
 fn kind_code(kind: MetricKind) -> u32 {
@@ -157,15 +161,6 @@ fn kind_code(kind: MetricKind) -> u32 {
     }
 }
 
-fn hist_state(h: &Hist) -> HistState {
-    HistState {
-        bounds: h.bounds.clone(),
-        counts: h.counts.clone(),
-        count: h.count,
-        sum: h.sum,
-    }
-}
-
 fn hist(h: &HistState) -> Result<Hist, CheckpointError> {
     if h.counts.len() != h.bounds.len() + 1 {
         return Err(CheckpointError::Decode(
@@ -173,7 +168,7 @@ fn hist(h: &HistState) -> Result<Hist, CheckpointError> {
         ));
     }
     Ok(Hist {
-        bounds: h.bounds.clone(),
+        bounds: h.bounds.as_slice().into(),
         counts: h.counts.clone(),
         count: h.count,
         sum: h.sum,
@@ -240,10 +235,115 @@ impl StateFile {
     }
 }
 
+/// What a checkpoint copies under the store's lock: plain values, labels by reference
+/// and histogram counts into one buffer; [`StoreCopy::to_state`] builds the file's
+/// message after the lock is released.
+pub(crate) struct StoreCopy {
+    metrics: Vec<MetricState>,
+    sources: Vec<SourceState>,
+    fleet: Vec<FleetCopy>,
+    series: Vec<SeriesCopy>,
+    /// Every histogram's bucket counts, back to back.
+    counts: Vec<u64>,
+}
+
+struct HistCopy {
+    /// Where its counts start in `StoreCopy::counts`; as many as its bounds + 1.
+    at: usize,
+    count: u64,
+    sum: f64,
+}
+
+struct FleetCopy {
+    metric: u32,
+    labels: std::sync::Arc<[(String, String)]>,
+    counter: f64,
+    /// Histograms: their bounds (shared with the series) and counts.
+    hist: Option<(std::sync::Arc<[f64]>, HistCopy)>,
+}
+
+struct SeriesCopy {
+    source: u32,
+    metric: u32,
+    fleet: u32,
+    attrs: std::sync::Arc<[(String, String)]>,
+    start: u64,
+    time: u64,
+    age: u64,
+    value: f64,
+    updated_age: u64,
+    hist: Option<HistCopy>,
+}
+
+impl StoreCopy {
+    fn counts(&self, at: usize, n: usize) -> Vec<u64> {
+        self.counts
+            .get(at..at + n)
+            .map(<[u64]>::to_vec)
+            .unwrap_or_default()
+    }
+
+    /// The file's message (no lock held).
+    pub(crate) fn to_state(&self) -> StateFile {
+        let fleet: Vec<FleetState> = self
+            .fleet
+            .iter()
+            .map(|f| FleetState {
+                metric: f.metric,
+                labels: pairs(&f.labels),
+                counter: f.counter,
+                hist: f.hist.as_ref().map(|(bounds, h)| HistState {
+                    bounds: bounds.to_vec(),
+                    counts: self.counts(h.at, bounds.len() + 1),
+                    count: h.count,
+                    sum: h.sum,
+                }),
+            })
+            .collect();
+        let series = self
+            .series
+            .iter()
+            .map(|s| SeriesState {
+                source: s.source,
+                metric: s.metric,
+                attrs: pairs(&s.attrs),
+                start: s.start,
+                time: s.time,
+                age: s.age,
+                value: s.value,
+                hist: s.hist.as_ref().map(|h| {
+                    let n = self.fleet[s.fleet as usize]
+                        .hist
+                        .as_ref()
+                        .map_or(1, |(b, _)| b.len() + 1);
+                    HistState {
+                        bounds: Vec::new(),
+                        counts: self.counts(h.at, n),
+                        count: h.count,
+                        sum: h.sum,
+                    }
+                }),
+                updated_age: s.updated_age,
+                fleet: s.fleet,
+            })
+            .collect();
+        StateFile {
+            instance_id: String::new(),
+            origin_unix_nanos: 0,
+            written_unix_nanos: 0,
+            metrics: self.metrics.clone(),
+            sources: self.sources.clone(),
+            fleet,
+            series,
+        }
+    }
+}
+
 impl Store {
-    /// Copies the state (this is what runs under the aggregator's lock; encoding and
-    /// writing happen after it is released). Ages are relative to `now`.
-    pub(crate) fn checkpoint(&self, now: u64) -> StateFile {
+    /// Copies the state: this is what runs under the aggregator's lock; building the
+    /// message, encoding and writing happen after it is released. Ages are relative
+    /// to `now`.
+    pub(crate) fn checkpoint(&self, now: u64) -> StoreCopy {
         let mut source_index = vec![u32::MAX; self.sources.len()];
         let mut sources = Vec::new();
         for (id, src) in self.sources.iter().enumerate() {
@@ -265,23 +365,34 @@ impl Store {
                 kind: kind_code(m.kind),
             })
             .collect();
-        let fleet = self
-            .fleet
-            .iter()
-            .filter_map(|f| {
-                let (counter, hist) = match &f.value {
-                    FleetValue::Counter(v) => (*v, None),
-                    FleetValue::Histogram(h) => (0.0, Some(hist_state(h))),
-                    FleetValue::Gauge => return None,
-                };
-                Some(FleetState {
-                    metric: f.metric,
-                    labels: pairs(&f.label_pairs),
-                    counter,
-                    hist,
-                })
-            })
-            .collect();
+        let mut counts = Vec::new();
+        let copy_hist = |h: &Hist, counts: &mut Vec<u64>| {
+            let at = counts.len();
+            counts.extend_from_slice(&h.counts);
+            HistCopy {
+                at,
+                count: h.count,
+                sum: h.sum,
+            }
+        };
+        let mut fleet_index = vec![u32::MAX; self.fleet.len()];
+        let mut fleet = Vec::with_capacity(self.fleet.len());
+        for (id, f) in self.fleet.iter().enumerate() {
+            let (counter, hist) = match &f.value {
+                FleetValue::Counter(v) => (*v, None),
+                FleetValue::Histogram(h) => {
+                    (0.0, Some((h.bounds.clone(), copy_hist(h, &mut counts))))
+                }
+                FleetValue::Gauge => continue,
+            };
+            fleet_index[id] = fleet.len() as u32;
+            fleet.push(FleetCopy {
+                metric: f.metric,
+                labels: f.label_pairs.clone(),
+                counter,
+                hist,
+            });
+        }
         let mut series = Vec::with_capacity(self.series_held);
         for s in self.series.iter().flatten() {
             if s.fresh {
@@ -290,28 +401,27 @@ impl Store {
             let (value, hist, updated_age) = match &s.value {
                 Value::Counter { value } => (*value, None, 0),
                 Value::Gauge { value, updated } => (*value, None, now.saturating_sub(*updated)),
-                Value::Histogram(h) => (0.0, Some(hist_state(h)), 0),
+                Value::Histogram(h) => (0.0, Some(copy_hist(h, &mut counts)), 0),
             };
-            series.push(SeriesState {
+            series.push(SeriesCopy {
                 source: source_index[s.source as usize],
                 metric: s.metric,
-                attrs: pairs(&s.attrs),
+                fleet: fleet_index[s.fleet as usize],
+                attrs: s.attrs.clone(),
                 start: s.start,
                 time: s.time,
                 age: now.saturating_sub(s.last_seen),
                 value,
-                hist,
                 updated_age,
+                hist,
             });
         }
-        StateFile {
-            instance_id: String::new(),
-            origin_unix_nanos: 0,
-            written_unix_nanos: 0,
+        StoreCopy {
             metrics,
             sources,
             fleet,
             series,
+            counts,
         }
     }
 
@@ -358,7 +468,7 @@ impl Store {
                 count.left_out += 1;
                 continue;
             };
-            let label_pairs: Vec<(String, String)> = f
+            let label_pairs: std::sync::Arc<[(String, String)]> = f
                 .labels
                 .iter()
                 .map(|p| (p.key.clone(), p.value.clone()))
@@ -434,7 +544,22 @@ impl Store {
                     value: s.value,
                     updated: at(s.updated_age),
                 },
-                (MetricKind::Histogram, Some(h)) => Value::Histogram(hist(h)?),
+                (MetricKind::Histogram, Some(h)) => {
+                    let bounds = state
+                        .fleet
+                        .get(s.fleet as usize)
+                        .and_then(|f| f.hist.as_ref())
+                        .map(|f| f.bounds.clone())
+                        .ok_or_else(|| {
+                            CheckpointError::Decode("a histogram without its fleet entry".into())
+                        })?;
+                    Value::Histogram(hist(&HistState {
+                        bounds,
+                        counts: h.counts.clone(),
+                        count: h.count,
+                        sum: h.sum,
+                    })?)
+                }
                 _ => {
                     count.left_out += 1;
                     continue;
