@@ -5,8 +5,9 @@
 //!
 //! # Quick start
 //!
-//! The binary runs with zero configuration (`higgsmeter-collector`, or
-//! `higgsmeter-collector demo` for a simulated fleet). As a library:
+//! The binary runs with zero configuration (`higgsmeter-collector`; for a simulated
+//! fleet of instrumented ranks around it, `cargo run -p higgsmeter-examples --bin demo`).
+//! As a library:
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), higgsmeter_collector::Error> {
@@ -59,7 +60,6 @@
 
 pub(crate) mod aggregate;
 pub mod config;
-pub mod demo;
 mod error;
 mod exporters;
 mod receivers;
@@ -77,7 +77,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use aggregate::{
     AggregateConfig, Aggregator, DecodeError, GaugeAggregation, GaugeRule, IngestResult,
-    SourceActivity, StateSnapshot, View,
+    StateSnapshot, View,
 };
 pub use config::{Config, Overrides, Plan};
 pub use error::Error;
@@ -346,7 +346,7 @@ impl RunningCollector {
         self.addresses
     }
 
-    /// The aggregation state (render a view, read sources' activity).
+    /// The aggregation state (render a view).
     pub fn aggregator(&self) -> &Arc<Aggregator> {
         &self.aggregator
     }

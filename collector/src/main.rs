@@ -3,10 +3,8 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
-use clap::{Parser, Subcommand};
-use higgsmeter_collector::demo::{DemoOptions, WorkerOptions};
+use clap::Parser;
 use higgsmeter_collector::{Collector, Config, Overrides};
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::filter::Targets;
@@ -55,53 +53,6 @@ struct Cli {
     /// Validate the config (and flags), print where state lives and the plan, and exit.
     #[arg(long)]
     check_config: bool,
-    #[command(subcommand)]
-    command: Option<Cmd>,
-}
-
-#[derive(Debug, Subcommand)]
-enum Cmd {
-    /// Run the collector with N simulated ranks (separate processes using the
-    /// higgsmeter SDK) and a live view of each rank's state and share of time.
-    ///
-    /// Listens on 4317/4318/9464 (127.0.0.1), or a free port for any that is taken;
-    /// `--grpc`, `--http`, `--prometheus` before `demo` choose the addresses instead.
-    Demo {
-        /// How many simulated ranks.
-        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
-        ranks: u32,
-        /// Stop after this many seconds (default: run until ctrl-c).
-        #[arg(long, value_name = "SECS")]
-        duration: Option<f64>,
-        /// Print plain blocks instead of redrawing the screen.
-        #[arg(long)]
-        plain: bool,
-    },
-    /// One simulated rank (started by `demo`; also used by the tests).
-    #[command(hide = true)]
-    DemoWorker {
-        #[arg(long)]
-        rank: u32,
-        #[arg(long, default_value_t = 1)]
-        world_size: u32,
-        #[arg(long)]
-        endpoint: String,
-        #[arg(long)]
-        http: bool,
-        #[arg(long, default_value_t = 1000)]
-        interval_ms: u64,
-        #[arg(long)]
-        duration: Option<f64>,
-        #[arg(long)]
-        exit_on_stdin_eof: bool,
-        #[arg(long)]
-        print_totals: bool,
-    },
-}
-
-fn seconds(value: f64, what: &str) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(value)
-        .map_err(|_| format!("{what} must be a non-negative number of seconds"))
 }
 
 fn init_logging(default: tracing::Level) {
@@ -158,88 +109,34 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Some(Cmd::DemoWorker {
-            rank,
-            world_size,
-            endpoint,
-            http,
-            interval_ms,
-            duration,
-            exit_on_stdin_eof,
-            print_totals,
-        }) => {
-            let options = WorkerOptions {
-                rank,
-                world_size,
-                endpoint,
-                http,
-                export_interval: Duration::from_millis(interval_ms.max(1)),
-                duration: duration
-                    .map(|d| seconds(d, "--duration"))
-                    .transpose()
-                    .map_err(anyhow::Error::msg)?,
-                exit_on_stdin_eof,
-                print_totals,
-            };
-            higgsmeter_collector::demo::run_worker(&options)?;
-            Ok(())
-        }
-        Some(Cmd::Demo {
-            ranks,
-            duration,
-            plain,
-        }) => {
-            init_logging(tracing::Level::ERROR);
-            let options = DemoOptions {
-                ranks,
-                duration: duration
-                    .map(|d| seconds(d, "--duration"))
-                    .transpose()
-                    .map_err(anyhow::Error::msg)?,
-                export_interval: Duration::from_millis(500),
-                ansi: !plain,
-                listen: Overrides {
-                    grpc: cli.grpc,
-                    http: cli.http,
-                    prometheus: cli.prometheus,
-                    ..Overrides::default()
-                },
-            };
-            runtime()?.block_on(higgsmeter_collector::demo::run(options, shutdown_signal()))?;
-            Ok(())
-        }
-        None => {
-            let mut config = match &cli.config {
-                Some(path) => Config::from_file(path)?,
-                None => Config::default(),
-            };
-            config.apply(&Overrides {
-                grpc: cli.grpc,
-                http: cli.http,
-                prometheus: cli.prometheus,
-                otlp_endpoint: cli.otlp_endpoint,
-                otlphttp_endpoint: cli.otlphttp_endpoint,
-                storage: cli.storage,
-            });
-            let plan = config.plan()?;
-            if cli.check_config {
-                println!("config OK");
-                println!("{}", plan.state_summary());
-                println!("{plan:#?}");
-                return Ok(());
-            }
-            init_logging(tracing::Level::INFO);
-            runtime()?.block_on(async move {
-                let running = Collector::start(plan).await?;
-                println!("higgsmeter-collector listening {}", running.addresses());
-                shutdown_signal().await;
-                tracing::info!("shutting down");
-                if !running.shutdown().await {
-                    tracing::warn!("shutdown was not clean (see above); exiting anyway");
-                }
-                Ok::<(), anyhow::Error>(())
-            })
-        }
+    let mut config = match &cli.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    config.apply(&Overrides {
+        grpc: cli.grpc,
+        http: cli.http,
+        prometheus: cli.prometheus,
+        otlp_endpoint: cli.otlp_endpoint,
+        otlphttp_endpoint: cli.otlphttp_endpoint,
+        storage: cli.storage,
+    });
+    let plan = config.plan()?;
+    if cli.check_config {
+        println!("config OK");
+        println!("{}", plan.state_summary());
+        println!("{plan:#?}");
+        return Ok(());
     }
+    init_logging(tracing::Level::INFO);
+    runtime()?.block_on(async move {
+        let running = Collector::start(plan).await?;
+        println!("higgsmeter-collector listening {}", running.addresses());
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        if !running.shutdown().await {
+            tracing::warn!("shutdown was not clean (see above); exiting anyway");
+        }
+        Ok::<(), anyhow::Error>(())
+    })
 }

@@ -1,7 +1,8 @@
 //! The cluster view (`GET /` and `GET /api/cluster`) in a real headless browser: the
-//! real collector binary, real SDK workers pushing OTLP/gRPC (two of the demo's
-//! `demo-worker` ranks, two workers of this test binary that hold one state each), and
-//! Debian's `chromium` loading the page, dumping its DOM and writing a screenshot.
+//! real collector binary, real SDK workers pushing OTLP/gRPC (two ranks of the demo,
+//! `higgsmeter-examples`' `demo worker`, and two workers of this test binary that hold
+//! one state each), and Debian's `chromium` loading the page, dumping its DOM and
+//! writing a screenshot.
 #![allow(clippy::unwrap_used, reason = "test code")]
 
 mod support;
@@ -27,7 +28,7 @@ const FIXED: [(u32, &str); 2] = [(2, "gpu"), (3, "io")];
 const GPU_RANK: u32 = 4;
 const GPU_READINGS: [f64; 2] = [0.30, 0.54];
 
-/// States a `demo-worker` can report (it warms up, then loops over these).
+/// States a demo worker can report (it warms up, then loops over these).
 const DEMO_STATES: [&str; 6] = ["startup", "warmup", "gpu", "io", "cpu", "idle"];
 
 /// A child process killed (and reaped) on drop, also when the test panics.
@@ -191,14 +192,8 @@ fn fixed_worker(rank: u32, state: &str, endpoint: &str) -> Killed {
 }
 
 fn demo_worker(rank: u32, endpoint: &str) -> Killed {
-    let child = Command::new(support::collector_bin())
-        .args([
-            "demo-worker",
-            "--rank",
-            &rank.to_string(),
-            "--world-size",
-            "4",
-        ])
+    let child = Command::new(support::demo_bin())
+        .args(["worker", "--rank", &rank.to_string(), "--world-size", "4"])
         .args(["--endpoint", endpoint, "--interval-ms", "200"])
         .args(["--exit-on-stdin-eof"])
         .stdin(Stdio::piped())

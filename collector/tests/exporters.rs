@@ -193,13 +193,7 @@ fn check_config_validates_and_explains() {
         .output()
         .expect("run");
     let help = String::from_utf8_lossy(&out.stdout);
-    for word in [
-        "--config",
-        "--grpc",
-        "--check-config",
-        "demo",
-        "/metrics/sources",
-    ] {
+    for word in ["--config", "--grpc", "--check-config", "/metrics/sources"] {
         assert!(help.contains(word), "--help lacks {word}:\n{help}");
     }
 
@@ -222,41 +216,6 @@ fn check_config_validates_and_explains() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&addr) && err.contains("OTLP/gRPC"), "{err}");
-}
-
-#[test]
-fn demo_runs_ranks_and_stops_on_its_own() {
-    let out = Command::new(collector_bin())
-        .args([
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--prometheus",
-            "127.0.0.1:0",
-        ])
-        .args(["demo", "--ranks", "2", "--duration", "2.5", "--plain"])
-        .output()
-        .expect("run the demo");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.starts_with("higgsmeter-collector listening "),
-        "{text}"
-    );
-    assert!(text.contains("Prometheus: http://"), "{text}");
-    assert!(text.contains("cluster page: http://"), "{text}");
-    let last = text.rsplit("higgsmeter demo").next().unwrap_or("");
-    for rank in ["\n0 ", "\n1 "] {
-        assert!(
-            last.contains(rank),
-            "rank {rank:?} missing from the final view:\n{last}"
-        );
-    }
 }
 
 #[test]

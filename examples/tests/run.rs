@@ -49,3 +49,41 @@ fn lifecycle_worker_runs_and_accounts_its_whole_life() {
         "the printed sum equals the printed wall time: {sum_line}"
     );
 }
+
+/// The README's first command, shortened: the collector with a demo cluster of two
+/// instrumented ranks (on free ports) stops on its own, and its live view shows both
+/// ranks working. (This was the collector's `demo` subcommand's test.)
+#[test]
+fn demo_runs_the_collector_with_a_cluster_of_instrumented_ranks() {
+    let out = Command::new(env!("CARGO_BIN_EXE_demo"))
+        .args(["--ranks", "2", "--duration", "4", "--plain"])
+        .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+        .args(["--prometheus", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the demo");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "demo failed: {text}");
+    assert!(
+        text.starts_with("higgsmeter-collector listening grpc=127.0.0.1:"),
+        "{text}"
+    );
+    assert!(text.contains("Prometheus: http://"), "{text}");
+    assert!(text.contains("cluster page: http://"), "{text}");
+    // The last view (after the workers stopped) lists both ranks with time in states.
+    let last = text.rsplit("higgsmeter demo — ").next().unwrap();
+    for rank in ["0", "1"] {
+        let row = last
+            .lines()
+            .find(|l| l.starts_with(&format!("{rank:<5} ")))
+            .unwrap_or_else(|| panic!("no row for rank {rank}: {text}"));
+        let gpu: f64 = row
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .trim_end_matches('%')
+            .parse()
+            .unwrap();
+        assert!(gpu > 0.0, "rank {rank} spent no time in gpu: {row}");
+    }
+}

@@ -24,7 +24,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
 use std::time::{Duration, SystemTime};
 
 use support::*;

@@ -12,7 +12,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use higgsmeter::AppState;
+use higgsmeter_catalog::{
+    STATE_CPU, STATE_GPU, STATE_IDLE, STATE_IO, STATE_SHUTDOWN, STATE_STARTUP, STATE_WARMUP,
+};
 use serde::Serialize;
 use serde_json::{Map, Value as Json};
 
@@ -31,7 +33,15 @@ pub(crate) const MIN_SPACING: u64 = 500_000_000;
 pub(crate) const RING_CAPACITY: usize = (WINDOW / MIN_SPACING) as usize + 2;
 
 /// The order the page stacks states in; names not listed here follow, in first-seen order.
-const STATE_ORDER: [&str; 7] = ["gpu", "io", "cpu", "idle", "warmup", "startup", "shutdown"];
+const STATE_ORDER: [&str; 7] = [
+    STATE_GPU.name,
+    STATE_IO.name,
+    STATE_CPU.name,
+    STATE_IDLE.name,
+    STATE_WARMUP.name,
+    STATE_STARTUP.name,
+    STATE_SHUTDOWN.name,
+];
 
 /// One source as read from the store at one instant.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,8 +97,7 @@ fn rank_order(a: &SourceReading, b: &SourceReading) -> std::cmp::Ordering {
 pub(crate) fn read(store: &Store, now: u64) -> ClusterReading {
     let activity = higgsmeter_catalog::WORKER_ACTIVITY_TIME.name;
     let current = higgsmeter_catalog::WORKER_CURRENT_STATE.name;
-    let gpu = higgsmeter_catalog::gpu_instrument_name(&higgsmeter_catalog::HW_GPU_UTILIZATION)
-        .unwrap_or("hw.gpu.utilization");
+    let gpu = higgsmeter_catalog::HW_GPU_UTILIZATION_INSTRUMENT;
     // Which metric ids matter: 0 activity, 1 current state, 2 GPU utilisation.
     let role: Vec<Option<u8>> = store
         .metrics
@@ -346,8 +355,8 @@ impl ClusterHistory {
 /// The name of a `worker_current_state` code.
 fn state_name(code: Option<i64>) -> Option<&'static str> {
     code.and_then(|c| u64::try_from(c).ok())
-        .and_then(AppState::from_code)
-        .map(AppState::as_str)
+        .and_then(higgsmeter_catalog::state_by_code)
+        .map(|s| s.name)
 }
 
 fn finite(v: f64) -> Json {

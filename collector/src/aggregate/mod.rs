@@ -23,8 +23,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 
 pub use config::{AggregateConfig, GaugeAggregation, GaugeRule};
+use store::Store;
 pub(crate) use store::{CheckpointError, Outcome, RestoreCount, StateFile};
-use store::{Store, Value};
 pub use wire::DecodeError;
 
 use crate::self_metrics::{SelfMetrics, Transport};
@@ -111,21 +111,6 @@ pub struct IngestResult {
     pub rejected: u64,
     /// Why (the first refusal's message), empty when nothing was refused.
     pub message: String,
-}
-
-/// One source's activity, for the demo's terminal view.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SourceActivity {
-    /// The `rank` resource attribute, if any.
-    pub rank: Option<String>,
-    /// `service.name`.
-    pub service: String,
-    /// The `worker_current_state` code, if reported.
-    pub current_state: Option<i64>,
-    /// Seconds per state name (summed over operations), in first-seen order.
-    pub seconds_by_state: Vec<(String, f64)>,
-    /// Whether the source pushed within `stale_after`.
-    pub live: bool,
 }
 
 /// A copy of the aggregation state taken by [`Aggregator::snapshot_state`].
@@ -398,62 +383,6 @@ impl Aggregator {
             unix_nanos(),
             &self.instance_id,
         )
-    }
-
-    /// Every known source's activity (`worker_activity_time_seconds_total` per state and
-    /// `worker_current_state`), live ones first, by rank.
-    pub fn sources_activity(&self) -> Vec<SourceActivity> {
-        let now = self.now();
-        let store = self.lock();
-        let activity = higgsmeter_catalog::WORKER_ACTIVITY_TIME.name;
-        let current = higgsmeter_catalog::WORKER_CURRENT_STATE.name;
-        let mut by_source: std::collections::BTreeMap<u32, SourceActivity> = Default::default();
-        for s in store.series.iter().flatten() {
-            let metric = &store.metrics[s.metric as usize];
-            if metric.otel_name != activity && metric.otel_name != current {
-                continue;
-            }
-            let Some(src) = store.sources[s.source as usize].as_ref() else {
-                continue;
-            };
-            let entry = by_source.entry(s.source).or_insert_with(|| {
-                let get = |k: &str| {
-                    src.resource
-                        .iter()
-                        .find(|kv| kv.key == k)
-                        .map(|kv| store::value_string(kv.value.as_ref()).into_owned())
-                };
-                SourceActivity {
-                    rank: get("rank"),
-                    service: get("service.name").unwrap_or_default(),
-                    current_state: None,
-                    seconds_by_state: Vec::new(),
-                    live: store.is_live(src.last_seen, now),
-                }
-            });
-            match &s.value {
-                Value::Counter { value } if metric.otel_name == activity => {
-                    let state = s.attr("state").unwrap_or("").to_owned();
-                    match entry.seconds_by_state.iter_mut().find(|(k, _)| *k == state) {
-                        Some((_, v)) => *v += value,
-                        None => entry.seconds_by_state.push((state, *value)),
-                    }
-                }
-                Value::Gauge { value, .. } if metric.otel_name == current => {
-                    entry.current_state = Some(*value as i64)
-                }
-                _ => {}
-            }
-        }
-        let mut out: Vec<SourceActivity> = by_source.into_values().collect();
-        out.sort_by(|a, b| {
-            b.live.cmp(&a.live).then_with(|| {
-                let ra = a.rank.as_deref().and_then(|r| r.parse::<i64>().ok());
-                let rb = b.rank.as_deref().and_then(|r| r.parse::<i64>().ok());
-                ra.cmp(&rb)
-            })
-        });
-        out
     }
 
     /// Sources heard from within `stale_after`, and per-source series held.

@@ -355,15 +355,15 @@ fn sources_in_state(store: &Store, now: u64, out: &mut String) {
     }
     let f = WORKER_SOURCES_IN_STATE;
     header(out, f.name, f.help, f.kind.as_str());
-    for state in higgsmeter::AppState::ALL {
-        let labels = with_static(store, &[(f.labels[0], state.as_str())]);
+    for state in higgsmeter_catalog::STATES {
+        let labels = with_static(store, &[(f.labels[0], state.name)]);
         sample(
             out,
             f.name,
             "",
             &labels,
             None,
-            counts[usize::from(state.code())] as f64,
+            counts[usize::from(state.code)] as f64,
         );
     }
 }

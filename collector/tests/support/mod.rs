@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -280,11 +281,62 @@ pub(crate) fn wait_for_or<T>(
     }
 }
 
-/// Starts one simulated rank (the collector's `demo-worker`) pushing to `endpoint`.
+/// The demo binary (`higgsmeter-examples`' `demo`), whose hidden `worker` subcommand is
+/// one simulated rank: `$HIGGSMETER_DEMO_BIN` if set, else built with cargo (once per
+/// test binary, same profile as the tests; a no-op when `cargo test --workspace` built
+/// it already). Cargo sets `CARGO_BIN_EXE_*` only for this package's own binaries.
+pub(crate) fn demo_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(path) = std::env::var_os("HIGGSMETER_DEMO_BIN") {
+            return PathBuf::from(path);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(repo_root()).args([
+            "build",
+            "--quiet",
+            "-p",
+            "higgsmeter-examples",
+            "--bin",
+            "demo",
+            "--message-format=json-render-diagnostics",
+        ]);
+        let release = std::env::current_exe()
+            .is_ok_and(|p| p.components().any(|c| c.as_os_str() == "release"));
+        if release {
+            cmd.arg("--release");
+        }
+        let out = cmd
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run cargo build -p higgsmeter-examples --bin demo");
+        assert!(
+            out.status.success(),
+            "cargo build -p higgsmeter-examples --bin demo failed ({}); to use a demo built \
+             elsewhere, set HIGGSMETER_DEMO_BIN to its path",
+            out.status
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .find(|msg| {
+                msg["target"]["name"] == "demo"
+                    && msg["target"]["kind"]
+                        .as_array()
+                        .is_some_and(|k| k.iter().any(|v| v == "bin"))
+            })
+            .and_then(|msg| msg["executable"].as_str().map(PathBuf::from))
+            .expect("cargo build reported the demo's executable")
+    })
+}
+
+/// Starts one simulated rank (the demo's hidden `worker` subcommand, `service.name`
+/// `demo-worker`) pushing to `endpoint`.
 pub(crate) fn spawn_worker(rank: u32, endpoint: &str, http: bool, extra: &[&str]) -> Child {
-    let mut cmd = Command::new(collector_bin());
+    let mut cmd = Command::new(demo_bin());
     cmd.args([
-        "demo-worker",
+        "worker",
         "--rank",
         &rank.to_string(),
         "--endpoint",

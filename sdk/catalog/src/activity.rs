@@ -5,9 +5,10 @@ use crate::{Family, Kind};
 /// `worker_activity_time_seconds_total` (counter, seconds): total cumulative seconds
 /// spent in each (state, operation).
 ///
-/// Labels: `state` (idle, io, cpu, gpu, warmup, startup, shutdown) and `operation`
-/// (function name or custom label; `""` for none). Over any interval its increments,
-/// summed over every series of one worker, equal the wall-clock time elapsed.
+/// Labels: `state` (idle, io, cpu, gpu, warmup, startup, shutdown: the names of
+/// [`STATES`](crate::STATES)) and `operation` (function name or custom label; `""` for
+/// none). Over any interval its increments, summed over every series of one worker,
+/// equal the wall-clock time elapsed.
 pub const WORKER_ACTIVITY_TIME: Family = Family {
     name: "worker_activity_time_seconds_total",
     kind: Kind::Counter,
@@ -19,7 +20,8 @@ pub const WORKER_ACTIVITY_TIME: Family = Family {
 
 /// `worker_current_state` (gauge): the worker's current state as a number, for alerting.
 ///
-/// 0 = idle, 1 = io, 2 = cpu, 3 = gpu, 4 = warmup, 5 = startup, 6 = shutdown.
+/// 0 = idle, 1 = io, 2 = cpu, 3 = gpu, 4 = warmup, 5 = startup, 6 = shutdown (each
+/// [`State`](crate::State)'s `code`).
 /// It describes one worker and cannot be summed across workers.
 pub const WORKER_CURRENT_STATE: Family = Family {
     name: "worker_current_state",

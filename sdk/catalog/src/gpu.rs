@@ -47,6 +47,10 @@ pub const HW_GPU_UTILIZATION: Family = Family {
     buckets: &[],
 };
 
+/// `hw.gpu.utilization`: the OpenTelemetry instrument name of [`HW_GPU_UTILIZATION`]
+/// (what an SDK sends; [`gpu_instrument_name`] returns it too).
+pub const HW_GPU_UTILIZATION_INSTRUMENT: &str = "hw.gpu.utilization";
+
 /// `hw_gpu_memory_usage` (gauge, bytes; OTel `hw.gpu.memory.usage`): device memory in
 /// use (NVML `used`, which includes the driver's own reservation).
 pub const HW_GPU_MEMORY_USAGE: Family = Family {
@@ -196,10 +200,14 @@ pub const HW_GPU_PROCESS_MEMORY_USAGE: Family = Family {
 /// meter's threshold, default 5 %) since the meter started, split by the worker's state
 /// at sampling time.
 ///
-/// Labels: the device labels and `state` (the activity state: idle, io, cpu, gpu,
-/// warmup, startup, shutdown). Each sampling interval (measured, not nominal) is
-/// attributed whole to the reading and the state at its end, so a transition is
-/// misattributed by at most one interval.
+/// Labels: the device labels and `state`: the activity state (idle, io, cpu, gpu,
+/// warmup, startup, shutdown: the names of [`STATES`](crate::STATES)), or `unknown`
+/// when the meter has no state source (a meter started without the SDK's tracker) or
+/// the source panicked, or `other` for time whose state did not fit in the meter's
+/// bound of 16 distinct `state` values per device (a custom state source can report
+/// any name). Each sampling interval (measured, not nominal) is attributed whole to
+/// the reading and the state at its end, so a transition is misattributed by at most
+/// one interval.
 pub const HW_GPU_SESSION_ACTIVE_TIME: Family = Family {
     name: "hw_gpu_session_active_time_total",
     kind: Kind::Counter,
@@ -277,7 +285,7 @@ pub const GPU_FAMILIES: &[Family] = &[
 
 /// The OpenTelemetry instrument name of each GPU family, in [`GPU_FAMILIES`] order.
 pub(crate) const GPU_INSTRUMENT_NAMES: &[&str] = &[
-    "hw.gpu.utilization",
+    HW_GPU_UTILIZATION_INSTRUMENT,
     "hw.gpu.memory.usage",
     "hw.gpu.memory.limit",
     "hw.gpu.memory.utilization",

@@ -2,8 +2,15 @@
 //!
 //! The SDK (workers), the collector and the tests all build from this one list, so a
 //! metric's name, kind, help text, unit, labels and histogram buckets cannot drift
-//! between the process that records it and the process that exports it. Nothing else
-//! in the workspace spells a metric name as a raw string.
+//! between the process that records it and the process that exports it. Outside test
+//! code (which spells some names on purpose, to catch a change here), nothing else in
+//! the workspace spells a metric name as a raw string: the OpenTelemetry instrument
+//! names of the GPU families come from [`gpu_instrument_name`] or, for the one the
+//! collector's cluster view reads, [`HW_GPU_UTILIZATION_INSTRUMENT`].
+//!
+//! The worker states (`idle` 0, `io` 1, `cpu` 2, `gpu` 3, `warmup` 4, `startup` 5,
+//! `shutdown` 6) live here too, as [`State`] constants ([`STATES`]): the `state` label
+//! values and the `worker_current_state` codes.
 //!
 //! It is the Rust form of two seeds:
 //! - the Python `higgsmeter` 0.1.1 activity families, [`WORKER_ACTIVITY_TIME`] and
@@ -37,11 +44,13 @@ mod activity;
 mod collector;
 mod engine;
 mod gpu;
+mod state;
 
 pub use activity::*;
 pub use collector::*;
 pub use engine::*;
 pub use gpu::*;
+pub use state::*;
 
 /// The kind of instrument a family is recorded with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

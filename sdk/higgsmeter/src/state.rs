@@ -2,28 +2,33 @@
 
 use std::fmt;
 
+use higgsmeter_catalog::{
+    STATE_CPU, STATE_GPU, STATE_IDLE, STATE_IO, STATE_SHUTDOWN, STATE_STARTUP, STATE_WARMUP, State,
+};
+
 /// What a worker is doing right now; at every instant a worker is in exactly one.
 ///
-/// The names and numeric codes are the Python `higgsmeter` 0.1.1's: `as_str()` is the
+/// The names and numeric codes are the Python `higgsmeter` 0.1.1's, taken from the
+/// catalog's [`State`] constants ([`higgsmeter_catalog::STATES`]): `as_str()` is the
 /// `state` label of `worker_activity_time_seconds_total`, `code()` the value of
 /// `worker_current_state`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum AppState {
     /// Waiting for work (code 0).
-    Idle = 0,
+    Idle = STATE_IDLE.code,
     /// Network or disk I/O (code 1).
-    Io = 1,
+    Io = STATE_IO.code,
     /// CPU-bound processing (code 2).
-    Cpu = 2,
+    Cpu = STATE_CPU.code,
     /// GPU computation (code 3).
-    Gpu = 3,
+    Gpu = STATE_GPU.code,
     /// Model warm-up and initialisation (code 4).
-    Warmup = 4,
+    Warmup = STATE_WARMUP.code,
     /// Service start-up; every tracker starts here (code 5).
-    Startup = 5,
+    Startup = STATE_STARTUP.code,
     /// Graceful shut-down (code 6).
-    Shutdown = 6,
+    Shutdown = STATE_SHUTDOWN.code,
 }
 
 impl AppState {
@@ -38,17 +43,22 @@ impl AppState {
         AppState::Shutdown,
     ];
 
+    /// The catalog's description of this state: its label value and code.
+    pub const fn as_catalog(self) -> State {
+        match self {
+            AppState::Idle => STATE_IDLE,
+            AppState::Io => STATE_IO,
+            AppState::Cpu => STATE_CPU,
+            AppState::Gpu => STATE_GPU,
+            AppState::Warmup => STATE_WARMUP,
+            AppState::Startup => STATE_STARTUP,
+            AppState::Shutdown => STATE_SHUTDOWN,
+        }
+    }
+
     /// The label value: `idle`, `io`, `cpu`, `gpu`, `warmup`, `startup` or `shutdown`.
     pub const fn as_str(self) -> &'static str {
-        match self {
-            AppState::Idle => "idle",
-            AppState::Io => "io",
-            AppState::Cpu => "cpu",
-            AppState::Gpu => "gpu",
-            AppState::Warmup => "warmup",
-            AppState::Startup => "startup",
-            AppState::Shutdown => "shutdown",
-        }
+        self.as_catalog().name
     }
 
     /// The seed's numeric code: idle 0, io 1, cpu 2, gpu 3, warmup 4, startup 5, shutdown 6.
@@ -58,16 +68,14 @@ impl AppState {
 
     /// The state with the given numeric code.
     pub const fn from_code(code: u64) -> Option<AppState> {
-        match code {
-            0 => Some(AppState::Idle),
-            1 => Some(AppState::Io),
-            2 => Some(AppState::Cpu),
-            3 => Some(AppState::Gpu),
-            4 => Some(AppState::Warmup),
-            5 => Some(AppState::Startup),
-            6 => Some(AppState::Shutdown),
-            _ => None,
+        let mut i = 0;
+        while i < AppState::ALL.len() {
+            if AppState::ALL[i].code() as u64 == code {
+                return Some(AppState::ALL[i]);
+            }
+            i += 1;
         }
+        None
     }
 
     /// Parses a state name, ignoring ASCII case (`"gpu"`, `"GPU"` and `"Gpu"` all work,
@@ -119,6 +127,10 @@ mod tests {
             assert_eq!(AppState::parse(&name.to_uppercase()), Some(state));
             assert_eq!(name.parse::<AppState>().ok(), Some(state));
         }
+        assert_eq!(
+            AppState::ALL.map(AppState::as_catalog),
+            higgsmeter_catalog::STATES
+        );
         assert_eq!(AppState::from_code(7), None);
         assert!("busy".parse::<AppState>().is_err());
     }

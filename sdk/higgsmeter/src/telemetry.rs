@@ -183,7 +183,29 @@ impl TelemetryBuilder {
         self
     }
 
-    /// Whether to read the `OTEL_*` and `HIGGSMETER_*` variables (default true).
+    /// Whether this builder reads its variables from the environment (default true).
+    ///
+    /// With `false` it reads none of the variables in the crate docs' table
+    /// (`OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`,
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_EXPORTER_OTLP_HEADERS`,
+    /// `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`,
+    /// `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SDK_DISABLED`,
+    /// `HIGGSMETER_PROMETHEUS_ADDR`) nor `RANK`, `WORLD_SIZE` and `LOCAL_RANK`: only the
+    /// `with_*` settings count. It does not shut the process off from its environment;
+    /// others still read:
+    ///
+    /// - the OpenTelemetry OTLP exporter, for what the builder does not set:
+    ///   `OTEL_EXPORTER_OTLP_HEADERS` / `OTEL_EXPORTER_OTLP_METRICS_HEADERS` (added to
+    ///   the builder's headers), `OTEL_EXPORTER_OTLP_TIMEOUT`,
+    ///   `OTEL_EXPORTER_OTLP_COMPRESSION` (and their `_METRICS_` forms), and
+    ///   `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` unless
+    ///   [`with_temporality`](Self::with_temporality) is called;
+    /// - the NVML meter (`nvml` feature): `HIGGSMETER_NVML_LIBRARY` and
+    ///   `CUDA_VISIBLE_DEVICES` (turn the meter off with
+    ///   [`with_gpu_meter(false)`](Self::with_gpu_meter));
+    /// - the stderr log layer `init()` installs: `RUST_LOG`
+    ///   ([`with_log_to_stderr(false)`](Self::with_log_to_stderr) drops it);
+    /// - `host.name`: `HOSTNAME`, when `/proc/sys/kernel/hostname` cannot be read.
     pub fn with_env(mut self, read_env: bool) -> Self {
         self.read_env = read_env;
         self
