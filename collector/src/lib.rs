@@ -14,12 +14,16 @@
 //! use higgsmeter_collector::{Collector, Config, Overrides};
 //!
 //! let mut config = Config::default(); // or Config::from_file(path)?
-//! config.apply(&Overrides { grpc: Some("127.0.0.1:0".into()), ..Default::default() });
+//! config.apply(&Overrides {
+//!     grpc: Some("127.0.0.1:0".into()),
+//!     storage: Some("/var/lib/higgsmeter".into()), // or "none"; default ./higgsmeter-data
+//!     ..Default::default()
+//! });
 //! let running = Collector::start(config.plan()?).await?;
 //! println!("{}", running.addresses()); // grpc=127.0.0.1:PORT http=... prometheus=...
 //! let text = running.aggregator().render(higgsmeter_collector::View::Fleet);
 //! # let _ = text;
-//! running.shutdown().await; // flushes the OTLP exporters
+//! running.shutdown().await; // drains, flushes the OTLP exporters, writes the final checkpoint
 //! # Ok(()) }
 //! ```
 //!
@@ -37,6 +41,11 @@
 //! - **Exporters**: Prometheus text on `127.0.0.1:9464` (OpenMetrics when the scraper
 //!   asks for it), OTLP push (`exporters.otlp`, `exporters.otlphttp`) with a bounded
 //!   queue and backoff.
+//! - **Durable state**: the aggregation state is checkpointed (every 5 s and on
+//!   shutdown, atomically, to `extensions.file_storage.directory`, default
+//!   `./higgsmeter-data`) and restored at start, so a restart shows Prometheus neither a
+//!   reset nor a spike; SIGTERM ends within `service.shutdown_timeout` whatever clients
+//!   do. See `otel-config/README.md`, *Restarts* and *Shutdown*.
 //! - **Bad input** gets an OTLP error or partial success and is counted in the
 //!   collector's own metrics (`higgsmeter_collector_*`, listed in the catalog).
 //!

@@ -74,7 +74,7 @@ fn counter(name: &str, values: &[f64]) -> Metric {
         .enumerate()
         .map(|(i, v)| NumberDataPoint {
             attributes: vec![kv("i", &i.to_string())],
-            start_time_unix_nano: 1,
+            start_time_unix_nano: started(),
             time_unix_nano: 2,
             value: Some(number_data_point::Value::AsDouble(*v)),
             ..Default::default()
@@ -96,7 +96,7 @@ fn histogram(name: &str, bounds: &[f64]) -> Metric {
         name: name.into(),
         data: Some(Data::Histogram(Histogram {
             data_points: vec![HistogramDataPoint {
-                start_time_unix_nano: 1,
+                start_time_unix_nano: started(),
                 time_unix_nano: 2,
                 count: 1,
                 sum: Some(0.5),
@@ -206,7 +206,7 @@ fn bad_http_input_is_refused_counted_and_nothing_accepted_is_lost() {
     let json = r#"{"resourceMetrics":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"bad-input"}},{"key":"service.instance.id","value":{"stringValue":"json"}}]},
       "scopeMetrics":[{"metrics":[{"name":"good","sum":{"aggregationTemporality":2,"isMonotonic":true,
       "dataPoints":[{"attributes":[{"key":"i","value":{"stringValue":"0"}}],"startTimeUnixNano":"1","timeUnixNano":"2","asDouble":2.0}]}}]}]}]}"#;
-    let (status, body) = http.post("application/json", None, json.as_bytes().to_vec());
+    let (status, body) = http.post("application/json", None, started_json(json).into_bytes());
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     let (status, body) = http.post(
         "application/json",

@@ -12,9 +12,10 @@ fn feed(collector: &CollectorProcess, value: f64) {
     let body = format!(
         r#"{{"resourceMetrics":[{{"resource":{{"attributes":[{{"key":"service.name","value":{{"stringValue":"feeder"}}}},{{"key":"rank","value":{{"intValue":"3"}}}}]}},
         "scopeMetrics":[{{"metrics":[{{"name":"steps","unit":"{{step}}","sum":{{"aggregationTemporality":2,"isMonotonic":true,
-        "dataPoints":[{{"attributes":[{{"key":"kind","value":{{"stringValue":"train"}}}}],"startTimeUnixNano":"1","timeUnixNano":"{}","asDouble":{value}}}]}}}},
+        "dataPoints":[{{"attributes":[{{"key":"kind","value":{{"stringValue":"train"}}}}],"startTimeUnixNano":"{}","timeUnixNano":"{}","asDouble":{value}}}]}}}},
         {{"name":"queue","gauge":{{"dataPoints":[{{"timeUnixNano":"2","asInt":"4"}}]}}}}]}}]}}]}}"#,
-        (value as u64) + 2
+        started(),
+        started() + (value as u64) + 2
     );
     let resp = reqwest::blocking::Client::new()
         .post(format!("{}/v1/metrics", collector.http_url()))

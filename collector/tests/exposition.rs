@@ -66,7 +66,7 @@ fn both_views_are_valid_text_and_openmetrics() {
     let resp = client
         .post(format!("{}/v1/metrics", collector.http_url()))
         .header("content-type", "application/json")
-        .body(BODY)
+        .body(started_json(BODY))
         .send()
         .expect("POST");
     assert_eq!(resp.status().as_u16(), 200);

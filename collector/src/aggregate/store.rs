@@ -838,10 +838,13 @@ impl Store {
         let Some(s) = self.series[id as usize].as_ref() else {
             return false;
         };
-        let new_source = self.sources[s.source as usize]
-            .as_ref()
-            .is_some_and(|src| now <= src.baseline_until);
-        s.fresh && !delta && start != 0 && start < self.baseline_before && new_source
+        s.fresh
+            && !delta
+            && start != 0
+            && start < self.baseline_before
+            && self.sources[s.source as usize]
+                .as_ref()
+                .is_some_and(|src| now <= src.baseline_until)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -69,6 +69,9 @@ impl CollectorProcess {
         if !storage_set {
             cmd.arg("--storage").arg(temp_dir("state"));
         }
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "warn");
+        }
         cmd.args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -466,4 +469,27 @@ pub(crate) fn promtool_check(text: &str) {
         "promtool check metrics failed ({:?}): {unexpected:?}\n--- text ---\n{text}",
         out.status
     );
+}
+
+/// A point start time later than every collector of this test binary started (an hour
+/// from the first call): the source started after the collector, so all of its value
+/// counts. (A cumulative source that started before the collector, with no state to
+/// say what was counted, is a baseline: only what it adds after its first point counts.)
+pub(crate) fn started() -> u64 {
+    static AT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *AT.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos() as u64
+            + 3_600_000_000_000
+    })
+}
+
+/// `body` (OTLP/JSON) with every `"startTimeUnixNano":"1"` set to [`started`].
+pub(crate) fn started_json(body: &str) -> String {
+    body.replace(
+        r#""startTimeUnixNano":"1""#,
+        &format!(r#""startTimeUnixNano":"{}""#, started()),
+    )
 }
