@@ -14,7 +14,6 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
     metric::Data, number_data_point,
@@ -130,16 +129,6 @@ impl Proc {
         wait_for(limit, "the collector to exit", || {
             self.child.try_wait().expect("wait")
         })
-    }
-}
-
-fn kv(k: &str, v: &str) -> KeyValue {
-    KeyValue {
-        key: k.into(),
-        value: Some(AnyValue {
-            value: Some(any_value::Value::StringValue(v.into())),
-        }),
-        ..Default::default()
     }
 }
 

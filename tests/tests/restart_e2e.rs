@@ -8,6 +8,8 @@
 //! A second scenario loses the state (storage off): the fleet restarts near 0 as one
 //! clean reset, never as a jump.
 
+#![allow(clippy::unwrap_used, reason = "test code")]
+
 mod support;
 
 use std::collections::BTreeMap;

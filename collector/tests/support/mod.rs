@@ -493,3 +493,15 @@ pub(crate) fn started_json(body: &str) -> String {
         &format!(r#""startTimeUnixNano":"{}""#, started()),
     )
 }
+
+/// A string attribute.
+pub(crate) fn kv(k: &str, v: &str) -> opentelemetry_proto::tonic::common::v1::KeyValue {
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+    KeyValue {
+        key: k.into(),
+        value: Some(AnyValue {
+            value: Some(any_value::Value::StringValue(v.into())),
+        }),
+        ..Default::default()
+    }
+}
