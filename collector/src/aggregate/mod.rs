@@ -10,8 +10,8 @@
 
 pub(crate) mod cluster;
 mod config;
-mod naming;
-mod render;
+pub(crate) mod naming;
+pub(crate) mod rows;
 mod snapshot;
 mod store;
 mod wire;
@@ -354,17 +354,11 @@ impl Aggregator {
         self.lock().sweep(now);
     }
 
-    /// Renders a view as Prometheus text exposition (format 0.0.4).
-    pub fn render(&self, view: View) -> String {
+    /// The rows of a view, read under the lock; encoders format them after it.
+    pub(crate) fn rows(&self, view: View) -> rows::Rows {
         let now = self.now();
         let store = self.lock();
-        render::render(&store, view, now, &self.stats)
-    }
-
-    /// Renders a view as OpenMetrics 1.0 text (what a scraper asking for
-    /// `application/openmetrics-text` gets).
-    pub fn render_openmetrics(&self, view: View) -> String {
-        render::to_openmetrics(&self.render(view))
+        rows::rows(&store, view, now, &self.stats)
     }
 
     /// The OTLP export of the fleet view (and of every live source's series when

@@ -13,7 +13,7 @@ use higgsmeter_catalog::{COLLECTOR_FAMILIES, Family, Kind};
 
 use super::config::{AggregateConfig, GaugeAggregation};
 use super::naming::{normalize_labels, prometheus_name, render_labels, sanitize_label_name};
-use super::render::RenderCache;
+use super::rows::RenderCache;
 use super::wire::{self, DataKind, HistPoint, Kv, MetricRef, NumberPoint, Val, Visitor};
 use super::{MetricKind, RefusalReason};
 
@@ -99,7 +99,7 @@ pub(crate) struct Source {
     /// Sanitised labels every per-source series of this source carries.
     pub(crate) labels: Vec<(String, String)>,
     /// Rendered `target_info` labels.
-    pub(crate) target_info: String,
+    pub(crate) target_info: std::sync::Arc<str>,
     /// `job`, kept in the fleet view unless `service.name` is summed over.
     fleet_job: Option<String>,
     pub(crate) last_seen: u64,
@@ -127,7 +127,7 @@ pub(crate) struct Series {
     /// Shared, so a checkpoint copies it by reference under the lock.
     attrs: std::sync::Arc<[(String, String)]>,
     /// Rendered per-source labels (source labels, point labels, static labels).
-    pub(crate) labels: String,
+    pub(crate) labels: std::sync::Arc<str>,
     pub(crate) last_seen: u64,
     start: u64,
     time: u64,
@@ -161,7 +161,7 @@ pub(crate) struct Fleet {
     pub(crate) metric: u32,
     /// Shared, so a checkpoint copies it by reference under the lock.
     pub(crate) label_pairs: std::sync::Arc<[(String, String)]>,
-    pub(crate) labels: String,
+    pub(crate) labels: std::sync::Arc<str>,
     pub(crate) value: FleetValue,
     warned_bounds: bool,
 }
@@ -504,7 +504,7 @@ impl Store {
                 .collect(),
             key: key.clone(),
             labels,
-            target_info,
+            target_info: target_info.into(),
             fleet_job,
             last_seen: now,
             series: 0,
@@ -696,7 +696,7 @@ impl Store {
         let mut labels = src.labels.clone();
         labels.extend(point_labels);
         labels.extend(self.static_labels.iter().cloned());
-        let labels = render_labels(&normalize_labels(labels));
+        let labels: std::sync::Arc<str> = render_labels(&normalize_labels(labels)).into();
         if let Some(job) = &src.fleet_job {
             fleet_labels.push(("job".to_owned(), job.clone()));
         }
@@ -725,7 +725,7 @@ impl Store {
                 self.fleet.push(Fleet {
                     metric,
                     label_pairs: fleet_pairs.into(),
-                    labels: fleet_rendered.clone(),
+                    labels: fleet_rendered.as_str().into(),
                     value,
                     warned_bounds: false,
                 });

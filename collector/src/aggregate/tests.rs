@@ -9,6 +9,7 @@ use proptest::prelude::*;
 
 use super::store::{FleetValue, Outcome, StateFile, Store};
 use super::*;
+use crate::exporters::exposition::Format;
 
 const SEC: u64 = 1_000_000_000;
 
@@ -137,13 +138,18 @@ fn config() -> AggregateConfig {
     }
 }
 
-fn render(store: &Store, view: View, now: u64) -> String {
-    render::render(
+fn render_as(store: &Store, view: View, now: u64, format: Format) -> String {
+    let rows = rows::rows(
         store,
         view,
         now,
         &crate::self_metrics::SelfMetrics::default(),
-    )
+    );
+    crate::exporters::exposition::encode(rows, format)
+}
+
+fn render(store: &Store, view: View, now: u64) -> String {
+    render_as(store, view, now, Format::Text)
 }
 
 #[test]
@@ -756,11 +762,11 @@ fn render_matches_golden_files() {
         ("sources.prom", render(&s, View::Sources, SEC)),
         (
             "fleet.openmetrics",
-            render::to_openmetrics(&render(&s, View::Fleet, SEC)),
+            render_as(&s, View::Fleet, SEC, Format::OpenMetrics),
         ),
         (
             "sources.openmetrics",
-            render::to_openmetrics(&render(&s, View::Sources, SEC)),
+            render_as(&s, View::Sources, SEC, Format::OpenMetrics),
         ),
     ];
     for (file, text) in cases {
@@ -781,7 +787,7 @@ fn kept_render_order_follows_new_and_forgotten_series() {
     fn check(s: &Store, now: u64) {
         let views = [View::Fleet, View::Sources];
         let kept = views.map(|view| render(s, view, now));
-        *s.render_cache.borrow_mut() = render::RenderCache::default();
+        *s.render_cache.borrow_mut() = rows::RenderCache::default();
         for (view, kept) in views.into_iter().zip(kept) {
             assert_eq!(kept, render(s, view, now));
             assert_eq!(kept, render(s, view, now));

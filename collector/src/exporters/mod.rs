@@ -1,5 +1,6 @@
 //! Exporters: the Prometheus endpoint (both views) and OTLP push to an upstream.
 
 pub(crate) mod cluster;
+pub(crate) mod exposition;
 pub(crate) mod otlp;
 pub(crate) mod prometheus;

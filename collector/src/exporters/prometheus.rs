@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -11,6 +12,7 @@ use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::exposition::{Encoder, Format};
 use crate::aggregate::{Aggregator, View};
 
 /// The text exposition format's content type.
@@ -40,17 +42,27 @@ fn exposition(aggregator: &Aggregator, view: View, headers: &HeaderMap) -> Respo
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let (content_type, text) = if accept.contains("application/openmetrics-text") {
-        (OPENMETRICS_FORMAT, aggregator.render_openmetrics(view))
+    let (content_type, format) = if accept.contains("application/openmetrics-text") {
+        (OPENMETRICS_FORMAT, Format::OpenMetrics)
     } else {
-        (TEXT_FORMAT, aggregator.render(view))
+        (TEXT_FORMAT, Format::Text)
     };
+    // The rows are read under the lock; the text is encoded as the body is sent, in
+    // chunks, after the lock is released.
+    let encoder = Encoder::new(aggregator.rows(view), format);
+    let chunks = futures_util::stream::unfold(encoder, |mut encoder| async move {
+        let chunk = encoder.next_chunk(CHUNK)?;
+        Some((Ok::<_, std::convert::Infallible>(chunk), encoder))
+    });
     (
         [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
-        text,
+        Body::from_stream(chunks),
     )
         .into_response()
 }
+
+/// How much text one chunk of a scrape's body holds.
+const CHUNK: usize = 256 * 1024;
 
 async fn fleet(State(aggregator): State<Arc<Aggregator>>, headers: HeaderMap) -> Response {
     exposition(&aggregator, View::Fleet, &headers)

@@ -491,7 +491,7 @@ impl Store {
             self.fleet.push(Fleet {
                 metric,
                 label_pairs,
-                labels: labels.clone(),
+                labels: labels.as_str().into(),
                 value,
                 warned_bounds: false,
             });
