@@ -12,7 +12,6 @@ pub(crate) mod cluster;
 mod config;
 pub(crate) mod naming;
 pub(crate) mod rows;
-mod snapshot;
 mod store;
 mod wire;
 
@@ -361,22 +360,17 @@ impl Aggregator {
         rows::rows(&store, view, now, &self.stats)
     }
 
-    /// The OTLP export of the fleet view (and of every live source's series when
-    /// `include_sources`), with the number of points it carries.
-    pub(crate) fn export_request(
-        &self,
-        include_sources: bool,
-    ) -> (ExportMetricsServiceRequest, u64) {
+    /// The OTLP push's rows, read under the lock; `exporters::otlp_request` builds the
+    /// request after it.
+    pub(crate) fn otlp_rows(&self, include_sources: bool) -> rows::OtlpRows {
         let now = self.now();
         let store = self.lock();
-        snapshot::export_request(
-            &store,
-            now,
-            include_sources,
-            self.origin_unix_nanos,
-            unix_nanos(),
-            &self.instance_id,
-        )
+        rows::otlp_rows(&store, now, include_sources)
+    }
+
+    /// When the aggregation state began (unix ns): the start time of every fleet series.
+    pub(crate) fn origin_unix_nanos(&self) -> u64 {
+        self.origin_unix_nanos
     }
 
     /// Sources heard from within `stale_after`, and per-source series held.

@@ -452,3 +452,136 @@ fn target_info(store: &Store, now: u64, out: &mut Rows) {
     out.push_family(TARGET_INFO, "Target metadata", FamilyKind::Info)
         .extend(rows);
 }
+
+/// A metric's OTLP identity.
+pub(crate) struct MetricHead {
+    pub(crate) name: String,
+    pub(crate) help: String,
+    pub(crate) unit: String,
+    pub(crate) kind: MetricKind,
+}
+
+/// A point's attributes.
+pub(crate) enum Attrs {
+    /// A fleet entry's labels, or a per-source series' point attributes.
+    Shared(Arc<[(String, String)]>),
+    /// A per-source gauge in the fleet view: the source's identity labels, the point's
+    /// attributes, then the static labels.
+    SourceGauge {
+        source: Vec<(String, String)>,
+        point: Arc<[(String, String)]>,
+    },
+}
+
+/// One OTLP data point, read.
+pub(crate) struct OtlpPoint {
+    pub(crate) metric: u32,
+    pub(crate) attrs: Attrs,
+    pub(crate) value: RowValue,
+}
+
+/// What the OTLP push reads under the lock: the fleet view's points (per-source
+/// gauges first, then fleet entries), and with `include_sources` every live source's
+/// resource and series.
+pub(crate) struct OtlpRows {
+    pub(crate) metrics: Vec<MetricHead>,
+    pub(crate) fleet: Vec<OtlpPoint>,
+    pub(crate) sources: Vec<(
+        Vec<opentelemetry_proto::tonic::common::v1::KeyValue>,
+        Vec<OtlpPoint>,
+    )>,
+    /// Histogram bucket counts, back to back (see [`RowValue::Hist`]).
+    pub(crate) counts: Vec<u64>,
+    pub(crate) static_labels: Vec<(String, String)>,
+}
+
+impl OtlpRows {
+    /// A histogram's bucket counts.
+    pub(crate) fn counts(&self, at: usize, n: usize) -> &[u64] {
+        self.counts.get(at..at + n).unwrap_or(&[])
+    }
+}
+
+/// The OTLP push's rows at `now` (run under the aggregator's lock).
+pub(crate) fn otlp_rows(store: &Store, now: u64, include_sources: bool) -> OtlpRows {
+    let mut counts = Rows::default();
+    let metrics = store
+        .metrics
+        .iter()
+        .map(|m| MetricHead {
+            name: m.otel_name.clone(),
+            help: m.help.clone(),
+            unit: m.unit.clone(),
+            kind: m.kind,
+        })
+        .collect();
+    let mut fleet = Vec::new();
+    for s in store.series.iter().flatten() {
+        if !store.is_live(s.last_seen, now) {
+            continue;
+        }
+        let Value::Gauge { value, .. } = s.value else {
+            continue;
+        };
+        if store.metrics[s.metric as usize].gauge_agg == GaugeAggregation::PerSource {
+            let source = store.sources[s.source as usize]
+                .as_ref()
+                .map(|src| src.labels.clone())
+                .unwrap_or_default();
+            fleet.push(OtlpPoint {
+                metric: s.metric,
+                attrs: Attrs::SourceGauge {
+                    source,
+                    point: s.attrs_shared(),
+                },
+                value: RowValue::Number(value),
+            });
+        }
+    }
+    let gauges = fleet_gauges(store, now);
+    for (i, f) in store.fleet.iter().enumerate() {
+        let value = match &f.value {
+            FleetValue::Counter(v) => RowValue::Number(*v),
+            FleetValue::Histogram(h) => counts.hist(h),
+            FleetValue::Gauge => match gauges[i] {
+                Some((v, _)) => RowValue::Number(v),
+                None => continue,
+            },
+        };
+        fleet.push(OtlpPoint {
+            metric: f.metric,
+            attrs: Attrs::Shared(f.label_pairs.clone()),
+            value,
+        });
+    }
+    let mut sources = Vec::new();
+    if include_sources {
+        let mut per_source: std::collections::BTreeMap<u32, Vec<OtlpPoint>> = Default::default();
+        for s in store.series.iter().flatten() {
+            if !store.is_live(s.last_seen, now) {
+                continue;
+            }
+            let value = match &s.value {
+                Value::Counter { value } | Value::Gauge { value, .. } => RowValue::Number(*value),
+                Value::Histogram(h) => counts.hist(h),
+            };
+            per_source.entry(s.source).or_default().push(OtlpPoint {
+                metric: s.metric,
+                attrs: Attrs::Shared(s.attrs_shared()),
+                value,
+            });
+        }
+        for (source, points) in per_source {
+            if let Some(src) = store.sources[source as usize].as_ref() {
+                sources.push((src.resource.clone(), points));
+            }
+        }
+    }
+    OtlpRows {
+        metrics,
+        fleet,
+        sources,
+        counts: counts.counts,
+        static_labels: store.static_labels.clone(),
+    }
+}

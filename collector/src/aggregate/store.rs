@@ -145,9 +145,9 @@ impl Series {
             .map(|i| self.attrs[i].1.as_str())
     }
 
-    /// The point attributes, sorted by key.
-    pub(crate) fn attrs(&self) -> &[(String, String)] {
-        &self.attrs
+    /// The point attributes, shared.
+    pub(crate) fn attrs_shared(&self) -> std::sync::Arc<[(String, String)]> {
+        self.attrs.clone()
     }
 }
 

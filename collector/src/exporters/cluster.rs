@@ -1,7 +1,7 @@
 //! The cluster view on the Prometheus endpoint's port: `GET /` serves a self-contained
 //! page (HTML, inline CSS and JS, compiled into the binary) that redraws every second
 //! from `GET /api/cluster`, the JSON of every source's state, time shares, GPU
-//! utilisation and staleness (see `aggregate::cluster`).
+//! utilisation and staleness (see `cluster_json`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -13,8 +13,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
+use super::cluster_json::{ClusterHistory, cluster_json};
 use crate::aggregate::Aggregator;
-use crate::aggregate::cluster::{ClusterHistory, cluster_json};
 
 /// The page, embedded at build time.
 const PAGE: &str = include_str!("../../assets/cluster.html");

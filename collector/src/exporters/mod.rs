@@ -1,6 +1,8 @@
 //! Exporters: the Prometheus endpoint (both views) and OTLP push to an upstream.
 
 pub(crate) mod cluster;
+pub(crate) mod cluster_json;
 pub(crate) mod exposition;
 pub(crate) mod otlp;
+pub(crate) mod otlp_request;
 pub(crate) mod prometheus;
