@@ -328,7 +328,7 @@ impl Aggregator {
         wire::walk(bytes, &mut wire::Count::default())?;
         let mut outcome = Outcome::default();
         let now = self.now();
-        self.lock().apply(bytes, now, &mut outcome)?;
+        wire::apply(&mut self.lock(), bytes, now, &mut outcome)?;
         self.stats.points_received[transport as usize]
             .fetch_add(outcome.received, Ordering::Relaxed);
         for (i, n) in outcome.refused.iter().enumerate() {
@@ -357,7 +357,7 @@ impl Aggregator {
     pub(crate) fn rows(&self, view: View) -> rows::Rows {
         let now = self.now();
         let store = self.lock();
-        rows::rows(&store, view, now, &self.stats)
+        store::rows(&store, view, now, &self.stats)
     }
 
     /// The OTLP push's rows, read under the lock; `exporters::otlp_request` builds the
@@ -365,7 +365,7 @@ impl Aggregator {
     pub(crate) fn otlp_rows(&self, include_sources: bool) -> rows::OtlpRows {
         let now = self.now();
         let store = self.lock();
-        rows::otlp_rows(&store, now, include_sources)
+        store::otlp_rows(&store, now, include_sources)
     }
 
     /// When the aggregation state began (unix ns): the start time of every fleet series.

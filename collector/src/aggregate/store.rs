@@ -2,22 +2,31 @@
 //!
 //! Time is passed in (nanoseconds on a monotonic clock) so tests can drive it.
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 
 use higgsmeter_catalog::{COLLECTOR_FAMILIES, Family, Kind};
 
 use super::config::{AggregateConfig, GaugeAggregation};
-use super::naming::{normalize_labels, prometheus_name, render_labels, sanitize_label_name};
-use super::rows::RenderCache;
-use super::wire::{self, DataKind, HistPoint, Kv, MetricRef, NumberPoint, Val, Visitor};
+use super::naming::{prometheus_name, render_labels, sanitize_label_name};
+use super::wire::{HistPoint, Kv, MetricRef, NumberPoint};
 use super::{MetricKind, RefusalReason};
+pub(crate) use read::{RenderCache, cluster_read, otlp_rows, rows};
 
+mod accumulate;
 mod checkpoint;
+mod index;
+mod labels;
+mod limits;
+mod read;
+
+pub(crate) use accumulate::Hist;
+use accumulate::Point;
+use index::{IdMap, attrs_equal, attrs_hash, canonical};
+pub(crate) use labels::value_string;
+use labels::{SeriesLabels, SourceLabels, series_labels, source_labels};
 
 pub(crate) use checkpoint::{CheckpointError, RestoreCount, StateFile, StoreCopy};
 
@@ -47,7 +56,12 @@ impl Outcome {
         self.refused.iter().sum()
     }
 
-    fn refuse(&mut self, reason: RefusalReason, n: u64, message: impl FnOnce() -> String) {
+    pub(crate) fn refuse(
+        &mut self,
+        reason: RefusalReason,
+        n: u64,
+        message: impl FnOnce() -> String,
+    ) {
         self.refused[reason as usize] += n;
         if self.first_message.is_none() && n > 0 {
             self.first_message = Some(message());
@@ -55,54 +69,26 @@ impl Outcome {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Hist {
-    /// Shared between a fleet entry and its series (and a checkpoint's copy).
-    pub(crate) bounds: std::sync::Arc<[f64]>,
-    pub(crate) counts: Vec<u64>,
-    pub(crate) count: u64,
-    pub(crate) sum: f64,
-}
-
-impl Hist {
-    fn empty(bounds: &[f64]) -> Hist {
-        Hist {
-            bounds: bounds.into(),
-            counts: vec![0; bounds.len() + 1],
-            count: 0,
-            sum: 0.0,
-        }
-    }
-
-    fn add(&mut self, counts: &[u64], count: u64, sum: f64) {
-        for (a, b) in self.counts.iter_mut().zip(counts) {
-            *a = a.saturating_add(*b);
-        }
-        self.count = self.count.saturating_add(count);
-        self.sum += sum;
-    }
-}
-
 pub(crate) struct Metric {
-    pub(crate) otel_name: String,
-    pub(crate) prom_name: String,
-    pub(crate) kind: MetricKind,
-    pub(crate) help: String,
-    pub(crate) unit: String,
-    pub(crate) gauge_agg: GaugeAggregation,
-    pub(crate) series: usize,
+    otel_name: String,
+    prom_name: String,
+    kind: MetricKind,
+    help: String,
+    unit: String,
+    gauge_agg: GaugeAggregation,
+    series: usize,
 }
 
 pub(crate) struct Source {
-    pub(crate) resource: Vec<KeyValue>,
+    resource: Vec<KeyValue>,
     key: Vec<(String, String)>,
     /// Sanitised labels every per-source series of this source carries.
-    pub(crate) labels: Vec<(String, String)>,
+    labels: Vec<(String, String)>,
     /// Rendered `target_info` labels.
-    pub(crate) target_info: std::sync::Arc<str>,
+    target_info: std::sync::Arc<str>,
     /// `job`, kept in the fleet view unless `service.name` is summed over.
     fleet_job: Option<String>,
-    pub(crate) last_seen: u64,
+    last_seen: u64,
     series: usize,
     /// Until when (monotonic ns) a new cumulative series of this source that started
     /// before the state's origin is a baseline: the source's first export, when its
@@ -120,20 +106,20 @@ pub(crate) enum Value {
 }
 
 pub(crate) struct Series {
-    pub(crate) source: u32,
-    pub(crate) metric: u32,
-    pub(crate) fleet: u32,
+    source: u32,
+    metric: u32,
+    fleet: u32,
     hash: u64,
     /// Shared, so a checkpoint copies it by reference under the lock.
     attrs: std::sync::Arc<[(String, String)]>,
     /// Rendered per-source labels (source labels, point labels, static labels).
-    pub(crate) labels: std::sync::Arc<str>,
-    pub(crate) last_seen: u64,
+    labels: std::sync::Arc<str>,
+    last_seen: u64,
     start: u64,
     time: u64,
     /// No point admitted yet.
     fresh: bool,
-    pub(crate) value: Value,
+    value: Value,
 }
 
 impl Series {
@@ -158,59 +144,40 @@ pub(crate) enum FleetValue {
 }
 
 pub(crate) struct Fleet {
-    pub(crate) metric: u32,
+    metric: u32,
     /// Shared, so a checkpoint copies it by reference under the lock.
-    pub(crate) label_pairs: std::sync::Arc<[(String, String)]>,
-    pub(crate) labels: std::sync::Arc<str>,
-    pub(crate) value: FleetValue,
+    label_pairs: std::sync::Arc<[(String, String)]>,
+    labels: std::sync::Arc<str>,
+    value: FleetValue,
     warned_bounds: bool,
 }
 
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
-
 /// The whole aggregation state, behind the aggregator's lock.
 pub(crate) struct Store {
-    pub(crate) config: AggregateConfig,
+    config: AggregateConfig,
     stale_after: u64,
     forget_after: u64,
-    pub(crate) metrics: Vec<Metric>,
+    metrics: Vec<Metric>,
     metric_by_name: HashMap<String, u32>,
     prom_names: HashMap<String, u32>,
-    pub(crate) sources: Vec<Option<Source>>,
+    sources: Vec<Option<Source>>,
     free_sources: Vec<u32>,
     source_by_key: HashMap<Vec<(String, String)>, u32>,
-    pub(crate) series: Vec<Option<Series>>,
+    series: Vec<Option<Series>>,
     free_series: Vec<u32>,
     series_index: IdMap<Vec<u32>>,
     series_held: usize,
-    pub(crate) fleet: Vec<Fleet>,
+    fleet: Vec<Fleet>,
     fleet_index: HashMap<(u32, String), u32>,
-    pub(crate) static_labels: Vec<(String, String)>,
+    static_labels: Vec<(String, String)>,
     sum_over: Vec<String>,
     /// When series were last forgotten early to make room (0: never).
     last_eviction: u64,
     /// Changes whenever a series or fleet entry is created or forgotten: what the
     /// render order (by name, then labels) depends on.
-    pub(crate) layout: u64,
+    layout: u64,
     /// The render order of each view and the last output sizes, kept between scrapes.
-    pub(crate) render_cache: RefCell<RenderCache>,
+    render_cache: RefCell<RenderCache>,
     /// Unix ns: a new source's cumulative series that started before this are a
     /// baseline (their value so far was counted by no fleet here); 0: never.
     baseline_before: u64,
@@ -218,122 +185,6 @@ pub(crate) struct Store {
     /// views wait for them.
     awaiting: usize,
     hold_until: u64,
-}
-
-fn fnv(bytes: &[u8], mut h: u64) -> u64 {
-    for b in bytes {
-        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    h
-}
-
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^ (x >> 33)
-}
-
-/// The text form of an attribute value (strings as they are, arrays and maps as JSON).
-pub(crate) fn value_string(v: Option<&AnyValue>) -> Cow<'_, str> {
-    match v.and_then(|v| v.value.as_ref()) {
-        None => Cow::Borrowed(""),
-        Some(any_value::Value::StringValue(s)) => Cow::Borrowed(s),
-        Some(any_value::Value::BoolValue(b)) => Cow::Borrowed(if *b { "true" } else { "false" }),
-        Some(any_value::Value::IntValue(i)) => Cow::Owned(i.to_string()),
-        Some(any_value::Value::DoubleValue(d)) => Cow::Owned(d.to_string()),
-        Some(any_value::Value::BytesValue(b)) => {
-            Cow::Owned(b.iter().map(|x| format!("{x:02x}")).collect())
-        }
-        Some(other) => Cow::Owned(json_value(other).to_string()),
-    }
-}
-
-fn json_value(v: &any_value::Value) -> serde_json::Value {
-    use serde_json::Value as J;
-    match v {
-        any_value::Value::StringValue(s) => J::String(s.clone()),
-        any_value::Value::BoolValue(b) => J::Bool(*b),
-        any_value::Value::IntValue(i) => J::from(*i),
-        any_value::Value::DoubleValue(d) => {
-            serde_json::Number::from_f64(*d).map_or(J::Null, J::Number)
-        }
-        any_value::Value::BytesValue(b) => {
-            J::String(b.iter().map(|x| format!("{x:02x}")).collect())
-        }
-        any_value::Value::ArrayValue(a) => J::Array(
-            a.values
-                .iter()
-                .map(|x| x.value.as_ref().map_or(J::Null, json_value))
-                .collect(),
-        ),
-        any_value::Value::KvlistValue(kv) => J::Object(
-            kv.values
-                .iter()
-                .map(|kv| {
-                    (
-                        kv.key.clone(),
-                        kv.value
-                            .as_ref()
-                            .and_then(|x| x.value.as_ref())
-                            .map_or(J::Null, json_value),
-                    )
-                })
-                .collect(),
-        ),
-        #[allow(unreachable_patterns)]
-        _ => J::Null,
-    }
-}
-
-/// The text form of a borrowed attribute value.
-pub(crate) fn val_string<'a>(v: &Val<'a>) -> Cow<'a, str> {
-    match *v {
-        Val::Empty => Cow::Borrowed(""),
-        Val::Str(s) => Cow::Borrowed(s),
-        Val::Bool(b) => Cow::Borrowed(if b { "true" } else { "false" }),
-        Val::Int(i) => Cow::Owned(i.to_string()),
-        Val::Double(d) => Cow::Owned(d.to_string()),
-        Val::Bytes(b) => Cow::Owned(b.iter().map(|x| format!("{x:02x}")).collect()),
-        Val::Complex(_) => Cow::Owned(value_string(Some(&v.to_proto())).into_owned()),
-    }
-}
-
-fn attrs_hash(source: u32, metric: u32, attrs: &[Kv<'_>]) -> u64 {
-    let mut acc = 0u64;
-    for kv in attrs {
-        let h = fnv(kv.key.as_bytes(), 0xcbf2_9ce4_8422_2325);
-        let h = fnv(b"=", h);
-        let h = match kv.val {
-            Val::Str(s) => fnv(s.as_bytes(), h),
-            _ => fnv(val_string(&kv.val).as_bytes(), h),
-        };
-        acc = acc.wrapping_add(mix(h));
-    }
-    mix(acc ^ (u64::from(source) << 32 | u64::from(metric)).wrapping_mul(0x9e37_79b9_7f4a_7c15))
-}
-
-fn attrs_equal(stored: &[(String, String)], attrs: &[Kv<'_>]) -> bool {
-    if stored.len() != attrs.len() {
-        return false;
-    }
-    attrs.iter().all(
-        |kv| match stored.binary_search_by(|(k, _)| k.as_str().cmp(kv.key)) {
-            Ok(i) => stored[i].1 == val_string(&kv.val),
-            Err(_) => false,
-        },
-    )
-}
-
-fn canonical(attrs: &[Kv<'_>]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = attrs
-        .iter()
-        .map(|kv| (kv.key.to_owned(), val_string(&kv.val).into_owned()))
-        .collect();
-    out.sort();
-    out.dedup_by(|a, b| a.0 == b.0);
-    out
 }
 
 fn family_kind_matches(family: &Family, kind: MetricKind) -> bool {
@@ -425,25 +276,7 @@ impl Store {
             .count()
     }
 
-    /// Applies a request already validated by [`wire::walk`] with [`wire::Count`].
-    pub(crate) fn apply(
-        &mut self,
-        req: &[u8],
-        now: u64,
-        out: &mut Outcome,
-    ) -> Result<(), wire::DecodeError> {
-        let mut v = Apply {
-            store: self,
-            now,
-            out,
-            resource: Vec::new(),
-            source: None,
-            current: None,
-        };
-        wire::walk(req, &mut v)
-    }
-
-    fn source_for(&mut self, attrs: &[Kv<'_>], now: u64) -> u32 {
+    pub(crate) fn source_for(&mut self, attrs: &[Kv<'_>], now: u64) -> u32 {
         let key = canonical(attrs);
         if let Some(&id) = self.source_by_key.get(&key) {
             if let Some(s) = self.sources[id as usize].as_mut() {
@@ -455,44 +288,11 @@ impl Store {
             }
             return id;
         }
-        let get = |name: &str| key.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
-        let service = get("service.name").unwrap_or("unknown_service");
-        let job = match get("service.namespace") {
-            Some(ns) if !ns.is_empty() => format!("{ns}/{service}"),
-            _ => service.to_owned(),
-        };
-        let instance = get("service.instance.id").unwrap_or("").to_owned();
-        let mut labels = vec![("job".to_owned(), job.clone())];
-        if !instance.is_empty() {
-            labels.push(("instance".to_owned(), instance.clone()));
-        }
-        for name in &self.sum_over {
-            if matches!(
-                name.as_str(),
-                "service.instance.id" | "service.name" | "service.namespace"
-            ) {
-                continue;
-            }
-            if let Some(v) = get(name) {
-                labels.push((sanitize_label_name(name), v.to_owned()));
-            }
-        }
-        let labels = normalize_labels(labels);
-        let mut info = vec![("job".to_owned(), job.clone())];
-        if !instance.is_empty() {
-            info.push(("instance".to_owned(), instance));
-        }
-        for (k, v) in &key {
-            if !matches!(
-                k.as_str(),
-                "service.name" | "service.namespace" | "service.instance.id"
-            ) {
-                info.push((sanitize_label_name(k), v.clone()));
-            }
-        }
-        info.extend(self.static_labels.iter().cloned());
-        let target_info = render_labels(&normalize_labels(info));
-        let fleet_job = (!self.sum_over.iter().any(|k| k == "service.name")).then_some(job);
+        let SourceLabels {
+            labels,
+            target_info,
+            fleet_job,
+        } = source_labels(&key, &self.sum_over, &self.static_labels);
         let source = Source {
             resource: attrs
                 .iter()
@@ -525,7 +325,7 @@ impl Store {
         id
     }
 
-    fn metric_id(
+    pub(crate) fn metric_id(
         &mut self,
         m: &MetricRef<'_>,
         kind: MetricKind,
@@ -635,75 +435,24 @@ impl Store {
                 }
             }
         }
-        let full = |st: &Store| {
-            st.metrics[metric as usize].series >= st.config.max_series_per_metric
-                || st.series_held + st.fleet.len() >= st.config.max_series
-        };
-        // At most once a second: under a flood of new series the scan must not run per point.
-        if full(self)
-            && (self.last_eviction == 0 || now.saturating_sub(self.last_eviction) >= 1_000_000_000)
-        {
-            self.last_eviction = now.max(1);
-            // Series silent past `stale_after` are kept only for reset safety; at the
-            // limit they make room before anything live is refused.
-            let forgotten = self.forget_silent(now, self.stale_after);
-            if forgotten > 0 {
-                tracing::warn!(
-                    forgotten,
-                    "series limit reached: forgot stale series early to make room"
-                );
-            }
-        }
-        let m = &self.metrics[metric as usize];
-        if m.series >= self.config.max_series_per_metric {
-            return Err((
-                RefusalReason::Cardinality,
-                format!(
-                    "metric `{}` has {} series, the max_series_per_metric limit",
-                    m.otel_name, m.series
-                ),
-            ));
-        }
-        if self.series_held + self.fleet.len() >= self.config.max_series {
-            return Err((
-                RefusalReason::Cardinality,
-                format!(
-                    "the collector holds {} series, the max_series limit",
-                    self.config.max_series
-                ),
-            ));
-        }
+        self.check_limits(metric, now)?;
         let attrs_key = canonical(attrs);
         let Some(src) = self.sources[source as usize].as_ref() else {
             return Err((RefusalReason::Invalid, "source vanished".to_owned()));
         };
-        // Point labels, sanitised; names that clash with ours become exported_<name>.
-        let mut point_labels: Vec<(String, String)> = Vec::with_capacity(attrs_key.len());
-        let mut fleet_labels: Vec<(String, String)> = Vec::with_capacity(attrs_key.len() + 2);
-        for (k, v) in &attrs_key {
-            let mut name = sanitize_label_name(k);
-            if matches!(name.as_str(), "job" | "instance" | "le")
-                || src.labels.iter().any(|(l, _)| *l == name)
-                || self.static_labels.iter().any(|(l, _)| *l == name)
-            {
-                name = format!("exported_{name}");
-            }
-            point_labels.push((name.clone(), v.clone()));
-            if !self.sum_over.iter().any(|s| s == k) {
-                fleet_labels.push((name, v.clone()));
-            }
-        }
-        let mut labels = src.labels.clone();
-        labels.extend(point_labels);
-        labels.extend(self.static_labels.iter().cloned());
-        let labels: std::sync::Arc<str> = render_labels(&normalize_labels(labels)).into();
-        if let Some(job) = &src.fleet_job {
-            fleet_labels.push(("job".to_owned(), job.clone()));
-        }
-        fleet_labels.extend(self.static_labels.iter().cloned());
-        let fleet_pairs = normalize_labels(fleet_labels);
+        let SeriesLabels {
+            labels,
+            fleet_pairs,
+        } = series_labels(
+            &src.labels,
+            src.fleet_job.as_deref(),
+            &attrs_key,
+            &self.sum_over,
+            &self.static_labels,
+        );
+        let labels: std::sync::Arc<str> = labels.into();
         let fleet_rendered = render_labels(&fleet_pairs);
-        let kind = m.kind;
+        let kind = self.metrics[metric as usize].kind;
         let fleet = match self.fleet_index.get(&(metric, fleet_rendered.clone())) {
             Some(&f) => {
                 if let (Some(b), FleetValue::Histogram(h)) = (bounds, &self.fleet[f as usize].value)
@@ -848,7 +597,7 @@ impl Store {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn number_point(
+    pub(crate) fn number_point(
         &mut self,
         source: u32,
         metric: u32,
@@ -902,21 +651,16 @@ impl Store {
         };
         s.fresh = false;
         let increment = match &mut s.value {
-            Value::Counter { value } => {
-                let inc = if baseline {
-                    *value = v;
-                    0.0
-                } else if delta {
-                    *value += v;
-                    v
-                } else {
-                    let restarted = (start != 0 && s.start != 0 && start != s.start) || v < *value;
-                    let inc = if restarted { v } else { v - *value };
-                    *value = v;
-                    inc
-                };
-                Some(inc)
-            }
+            Value::Counter { value } => Some(accumulate::counter(
+                value,
+                Point {
+                    prev_start: s.start,
+                    start,
+                    delta,
+                    baseline,
+                },
+                v,
+            )),
             Value::Gauge { value, updated } => {
                 if delta {
                     *value += v;
@@ -936,7 +680,7 @@ impl Store {
         }
     }
 
-    fn histogram_point(
+    pub(crate) fn histogram_point(
         &mut self,
         source: u32,
         metric: u32,
@@ -1028,160 +772,40 @@ impl Store {
         let FleetValue::Histogram(f) = &mut self.fleet[s.fleet as usize].value else {
             return;
         };
-        let restarted = delta
-            || (start != 0 && s.start != 0 && start != s.start)
-            || p.count < h.count
-            || counts.iter().zip(&h.counts).any(|(a, b)| a < b);
-        if baseline {
-            // Counted by nobody here so far, and not counted now: only what it adds.
-        } else if restarted {
-            // The whole point counts (a delta, or a restarted source's new histogram).
-            f.add(counts, p.count, sum);
-        } else {
-            for ((fc, new), old) in f.counts.iter_mut().zip(counts).zip(&h.counts) {
-                *fc = fc.saturating_add(new - old);
-            }
-            f.count = f.count.saturating_add(p.count - h.count);
-            f.sum += sum - h.sum;
-        }
-        if delta {
-            h.add(counts, p.count, sum);
-        } else {
-            h.counts.copy_from_slice(counts);
-            h.count = p.count;
-            h.sum = sum;
-        }
+        accumulate::histogram(
+            h,
+            f,
+            Point {
+                prev_start: s.start,
+                start,
+                delta,
+                baseline,
+            },
+            counts,
+            p.count,
+            sum,
+        );
         s.start = start;
         s.time = time;
     }
-
-    /// Forgets series (and sources) silent for longer than `forget_after`. Counted
-    /// contributions stay in the fleet aggregates.
-    pub(crate) fn sweep(&mut self, now: u64) {
-        self.forget_silent(now, self.forget_after);
-    }
-
-    /// Forgets series (and then sources) silent for longer than `horizon`; returns how
-    /// many series went.
-    fn forget_silent(&mut self, now: u64, horizon: u64) -> usize {
-        let mut forgotten = 0;
-        for id in 0..self.series.len() {
-            let forget = match &self.series[id] {
-                Some(s) => now.saturating_sub(s.last_seen) > horizon,
-                None => false,
-            };
-            if !forget {
-                continue;
-            }
-            if let Some(s) = self.series[id].take() {
-                if let Some(ids) = self.series_index.get_mut(&s.hash) {
-                    ids.retain(|&x| x as usize != id);
-                    if ids.is_empty() {
-                        self.series_index.remove(&s.hash);
-                    }
-                }
-                self.series_held -= 1;
-                self.metrics[s.metric as usize].series -= 1;
-                if let Some(src) = self.sources[s.source as usize].as_mut() {
-                    src.series -= 1;
-                }
-                self.free_series.push(id as u32);
-                self.layout = self.layout.wrapping_add(1);
-                forgotten += 1;
-            }
-        }
-        for id in 0..self.sources.len() {
-            let forget = match &self.sources[id] {
-                Some(s) => s.series == 0 && now.saturating_sub(s.last_seen) > self.forget_after,
-                None => false,
-            };
-            if forget && let Some(s) = self.sources[id].take() {
-                if s.awaited {
-                    self.awaiting = self.awaiting.saturating_sub(1);
-                }
-                self.source_by_key.remove(&s.key);
-                self.free_sources.push(id as u32);
-            }
-        }
-        forgotten
-    }
 }
 
-/// The second pass: applies a validated request to the store.
-struct Apply<'s, 'a> {
-    store: &'s mut Store,
-    now: u64,
-    out: &'s mut Outcome,
-    resource: Vec<Kv<'a>>,
-    source: Option<u32>,
-    /// The current metric: its id, kind and temporality, or `None` when refused.
-    current: Option<(u32, MetricKind, bool)>,
-}
-
-impl<'a> Visitor<'a> for Apply<'_, 'a> {
-    fn resource(&mut self, attrs: &[Kv<'a>]) {
-        self.resource.clear();
-        self.resource.extend_from_slice(attrs);
-        self.source = None;
+#[cfg(test)]
+impl Store {
+    /// The sum of the fleet counters of metric `name` (tests).
+    pub(crate) fn fleet_counter(&self, name: &str) -> f64 {
+        self.fleet
+            .iter()
+            .filter(|f| self.metrics[f.metric as usize].otel_name == name)
+            .map(|f| match f.value {
+                FleetValue::Counter(v) => v,
+                _ => 0.0,
+            })
+            .sum()
     }
 
-    fn metric(&mut self, m: &MetricRef<'a>) {
-        let n = m.points.len() as u64;
-        self.out.received += n;
-        self.current = None;
-        let (kind, delta) = match m.kind {
-            DataKind::None => return,
-            DataKind::Gauge => (MetricKind::Gauge, false),
-            DataKind::Sum {
-                monotonic: true,
-                delta,
-            } => (MetricKind::Counter, delta),
-            DataKind::Sum {
-                monotonic: false,
-                delta,
-            } => (MetricKind::Gauge, delta),
-            DataKind::Histogram { delta } => (MetricKind::Histogram, delta),
-            DataKind::ExponentialHistogram => {
-                self.out.refuse(RefusalReason::UnsupportedType, n, || {
-                    format!(
-                        "metric `{}`: exponential histograms are not supported; configure an explicit-bucket histogram view",
-                        m.name
-                    )
-                });
-                return;
-            }
-            DataKind::Summary => {
-                self.out.refuse(RefusalReason::UnsupportedType, n, || {
-                    format!(
-                        "metric `{}`: summaries are not supported; send a histogram",
-                        m.name
-                    )
-                });
-                return;
-            }
-        };
-        match self.store.metric_id(m, kind) {
-            Ok(id) => {
-                if self.source.is_none() {
-                    self.source = Some(self.store.source_for(&self.resource, self.now));
-                }
-                self.current = Some((id, kind, delta));
-            }
-            Err((reason, msg)) => self.out.refuse(reason, n, || msg),
-        }
-    }
-
-    fn number(&mut self, p: &NumberPoint<'a>) {
-        if let (Some((metric, kind, delta)), Some(source)) = (self.current, self.source) {
-            self.store
-                .number_point(source, metric, kind, delta, p, self.now, self.out);
-        }
-    }
-
-    fn histogram(&mut self, p: &HistPoint<'a>) {
-        if let (Some((metric, _, delta)), Some(source)) = (self.current, self.source) {
-            self.store
-                .histogram_point(source, metric, delta, p, self.now, self.out);
-        }
+    /// Forgets the render order kept between reads (tests).
+    pub(crate) fn reset_render_cache(&self) {
+        *self.render_cache.borrow_mut() = RenderCache::default();
     }
 }

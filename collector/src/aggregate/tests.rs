@@ -7,7 +7,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use proptest::prelude::*;
 
-use super::store::{FleetValue, Outcome, StateFile, Store};
+use super::store::{Outcome, StateFile, Store};
 use super::*;
 use crate::exporters::exposition::Format;
 
@@ -115,20 +115,12 @@ fn ingest(store: &mut Store, req: &ExportMetricsServiceRequest, now: u64) -> Out
     let bytes = req.encode_to_vec();
     super::wire::walk(&bytes, &mut super::wire::Count::default()).expect("valid");
     let mut out = Outcome::default();
-    store.apply(&bytes, now, &mut out).expect("valid");
+    super::wire::apply(store, &bytes, now, &mut out).expect("valid");
     out
 }
 
 fn fleet_counter(store: &Store, name: &str) -> f64 {
-    store
-        .fleet
-        .iter()
-        .filter(|f| store.metrics[f.metric as usize].otel_name == name)
-        .map(|f| match f.value {
-            FleetValue::Counter(v) => v,
-            _ => 0.0,
-        })
-        .sum()
+    store.fleet_counter(name)
 }
 
 fn config() -> AggregateConfig {
@@ -139,7 +131,7 @@ fn config() -> AggregateConfig {
 }
 
 fn render_as(store: &Store, view: View, now: u64, format: Format) -> String {
-    let rows = rows::rows(
+    let rows = super::store::rows(
         store,
         view,
         now,
@@ -787,7 +779,7 @@ fn kept_render_order_follows_new_and_forgotten_series() {
     fn check(s: &Store, now: u64) {
         let views = [View::Fleet, View::Sources];
         let kept = views.map(|view| render(s, view, now));
-        *s.render_cache.borrow_mut() = rows::RenderCache::default();
+        s.reset_render_cache();
         for (view, kept) in views.into_iter().zip(kept) {
             assert_eq!(kept, render(s, view, now));
             assert_eq!(kept, render(s, view, now));

@@ -13,6 +13,10 @@
 
 use std::fmt;
 
+mod apply;
+
+pub(crate) use apply::apply;
+
 use opentelemetry_proto::tonic::common::v1::AnyValue;
 use prost::Message as _;
 

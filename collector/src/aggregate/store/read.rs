@@ -1,0 +1,518 @@
+//! The store's read side: under the aggregator's lock, the rows of a Prometheus view,
+//! of the OTLP push and of the cluster page (`aggregate::rows`, `aggregate::cluster`),
+//! copied out for the encoders (`exporters/`) to format after the lock is released.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use higgsmeter_catalog::{
+    COLLECTOR_CHECKPOINTS, COLLECTOR_CONNECTIONS_REFUSED, COLLECTOR_EXPORT_DROPPED,
+    COLLECTOR_EXPORT_QUEUE_DEPTH, COLLECTOR_EXPORTS, COLLECTOR_POINTS_RECEIVED,
+    COLLECTOR_POINTS_REFUSED, COLLECTOR_REQUESTS, COLLECTOR_REQUESTS_REFUSED, COLLECTOR_SERIES,
+    COLLECTOR_SOURCES, Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
+};
+
+use super::super::cluster::{ClusterReading, SourceReading, rank_order};
+use super::super::config::GaugeAggregation;
+use super::super::naming::render_labels;
+use super::super::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row, RowValue, Rows};
+use super::super::{RefusalReason, View};
+use super::{FleetValue, Store, TARGET_INFO, Value, value_string};
+use crate::self_metrics::{ExporterKind, RequestRefusal, SelfMetrics, Transport};
+
+/// One row of a view, before liveness and value checks.
+#[derive(Clone, Copy)]
+enum Entry {
+    /// A per-source series.
+    Series(u32),
+    /// A fleet aggregate.
+    Fleet(u32),
+}
+
+/// A view's entries in exposition order (metric name, then labels), valid while the
+/// store's `layout` is `layout`.
+#[derive(Default)]
+struct Order {
+    layout: Option<u64>,
+    entries: Vec<Entry>,
+}
+
+/// What reading keeps between scrapes (in the [`Store`]): sorting 100k label strings
+/// on every GET cost more than formatting them.
+#[derive(Default)]
+pub(crate) struct RenderCache {
+    fleet: Order,
+    sources: Order,
+}
+
+impl Order {
+    fn refresh(&mut self, store: &Store, view: View) {
+        if self.layout == Some(store.layout) {
+            return;
+        }
+        let series = store
+            .series
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i as u32, s)));
+        self.entries.clear();
+        match view {
+            View::Fleet => {
+                self.entries.extend(
+                    series
+                        .filter(|(_, s)| {
+                            store.metrics[s.metric as usize].gauge_agg
+                                == GaugeAggregation::PerSource
+                        })
+                        .map(|(i, _)| Entry::Series(i)),
+                );
+                self.entries
+                    .extend((0..store.fleet.len() as u32).map(Entry::Fleet));
+            }
+            View::Sources => self.entries.extend(series.map(|(i, _)| Entry::Series(i))),
+        }
+        // The order the exposition has always had: metrics by name (then id); within
+        // one, labels, then per-source series before fleet entries, then id.
+        let key = |e: &Entry| -> (&str, u32, &str, u8, u32) {
+            let (metric, labels, rank, i) = match *e {
+                Entry::Series(i) => store.series[i as usize]
+                    .as_ref()
+                    .map_or((u32::MAX, "", 0, i), |s| (s.metric, &*s.labels, 0, i)),
+                Entry::Fleet(i) => {
+                    let f = &store.fleet[i as usize];
+                    (f.metric, &*f.labels, 1, i)
+                }
+            };
+            let name = store
+                .metrics
+                .get(metric as usize)
+                .map_or("", |m| m.prom_name.as_str());
+            (name, metric, labels, rank, i)
+        };
+        self.entries.sort_unstable_by(|a, b| key(a).cmp(&key(b)));
+        self.layout = Some(store.layout);
+    }
+}
+
+/// The rows of `view` at `now` (run under the aggregator's lock).
+pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> Rows {
+    let mut spare = RenderCache::default();
+    let mut cached = store.render_cache.try_borrow_mut();
+    let cache = match cached.as_deref_mut() {
+        Ok(cache) => cache,
+        Err(_) => &mut spare,
+    };
+    let order = match view {
+        View::Fleet => &mut cache.fleet,
+        View::Sources => &mut cache.sources,
+    };
+    order.refresh(store, view);
+    let gauges = match view {
+        View::Fleet => fleet_gauges(store, now),
+        View::Sources => Vec::new(),
+    };
+    let mut out = Rows::default();
+    let mut current: Option<u32> = None;
+    for entry in &order.entries {
+        let (metric, labels, value) = match *entry {
+            Entry::Series(i) => {
+                let Some(s) = store.series.get(i as usize).and_then(Option::as_ref) else {
+                    continue;
+                };
+                if !store.is_live(s.last_seen, now) {
+                    continue;
+                }
+                let value = match (&s.value, view) {
+                    (Value::Gauge { value, .. }, View::Fleet) => RowValue::Number(*value),
+                    (_, View::Fleet) => continue,
+                    (Value::Counter { value } | Value::Gauge { value, .. }, View::Sources) => {
+                        RowValue::Number(*value)
+                    }
+                    (Value::Histogram(h), View::Sources) => out.hist(h),
+                };
+                (s.metric, &s.labels, value)
+            }
+            Entry::Fleet(i) => {
+                let Some(f) = store.fleet.get(i as usize) else {
+                    continue;
+                };
+                let value = match &f.value {
+                    FleetValue::Counter(v) => RowValue::Number(*v),
+                    FleetValue::Histogram(h) => out.hist(h),
+                    FleetValue::Gauge => match gauges.get(i as usize).copied().flatten() {
+                        Some((v, _)) => RowValue::Number(v),
+                        None => continue,
+                    },
+                };
+                (f.metric, &f.labels, value)
+            }
+        };
+        let Some(m) = store.metrics.get(metric as usize) else {
+            continue;
+        };
+        if current != Some(metric) {
+            current = Some(metric);
+            out.push_family(&m.prom_name, &m.help, m.kind.into());
+        }
+        if let Some(family) = out.families.last_mut() {
+            family.rows.push(Row {
+                labels: labels.clone(),
+                value,
+            });
+        }
+    }
+    if view == View::Fleet {
+        sources_in_state(store, now, &mut out);
+        self_metrics(store, now, stats, &mut out);
+    }
+    target_info(store, now, &mut out);
+    out
+}
+
+/// Fleet gauges combined over live sources, by fleet entry.
+pub(crate) fn fleet_gauges(store: &Store, now: u64) -> Vec<Option<(f64, u64)>> {
+    let mut acc: Vec<Option<(f64, u64)>> = vec![None; store.fleet.len()];
+    for s in store.series.iter().flatten() {
+        if !store.is_live(s.last_seen, now) {
+            continue;
+        }
+        let metric = &store.metrics[s.metric as usize];
+        let Value::Gauge { value, updated } = s.value else {
+            continue;
+        };
+        if metric.gauge_agg == GaugeAggregation::PerSource {
+            continue;
+        }
+        let a = &mut acc[s.fleet as usize];
+        *a = Some(metric.gauge_agg.fold(*a, value, updated));
+    }
+    acc
+}
+
+fn with_static(store: &Store, pairs: &[(&str, &str)]) -> Arc<str> {
+    let mut labels: Vec<(String, String)> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    labels.extend(store.static_labels.iter().cloned());
+    labels.sort();
+    render_labels(&labels).into()
+}
+
+fn sources_in_state(store: &Store, now: u64, out: &mut Rows) {
+    let Some(metric) = store
+        .metrics
+        .iter()
+        .position(|m| m.otel_name == WORKER_CURRENT_STATE.name)
+    else {
+        return;
+    };
+    let mut counts = [0u64; 7];
+    for s in store.series.iter().flatten() {
+        if s.metric as usize != metric || !store.is_live(s.last_seen, now) {
+            continue;
+        }
+        if let Value::Gauge { value, .. } = s.value
+            && (0.0..7.0).contains(&value)
+        {
+            counts[value as usize] += 1;
+        }
+    }
+    let f = WORKER_SOURCES_IN_STATE;
+    let rows: Vec<Row> = higgsmeter_catalog::STATES
+        .iter()
+        .map(|state| Row {
+            labels: with_static(store, &[(f.labels[0], state.name)]),
+            value: RowValue::Number(counts[usize::from(state.code)] as f64),
+        })
+        .collect();
+    out.push_family(f.name, f.help, f.kind.into()).extend(rows);
+}
+
+/// Emits one sample of a self-metric family: its label values (in the family's label
+/// order) and its value.
+type Emit<'a> = &'a mut dyn FnMut(&[&str], f64);
+
+/// The collector's own families, in exposition order, each with what reads its
+/// samples.
+const SELF_FAMILIES: &[(&Family, fn(&SelfMetrics, &Store, u64, Emit<'_>))] = &[
+    (&COLLECTOR_CHECKPOINTS, |s, _, _, emit| {
+        for (i, outcome) in ["ok", "failed"].into_iter().enumerate() {
+            emit(&[outcome], get(&s.checkpoints[i]));
+        }
+    }),
+    (&COLLECTOR_CONNECTIONS_REFUSED, |s, _, _, emit| {
+        for t in Transport::ALL {
+            emit(&[t.as_str()], get(&s.connections_refused[t as usize]));
+        }
+    }),
+    (&COLLECTOR_EXPORT_DROPPED, |s, _, _, emit| {
+        for e in ExporterKind::ALL {
+            emit(&[e.as_str()], get(&s.export_dropped[e as usize]));
+        }
+    }),
+    (&COLLECTOR_EXPORT_QUEUE_DEPTH, |s, _, _, emit| {
+        for e in ExporterKind::ALL {
+            emit(&[e.as_str()], get(&s.queue_depth[e as usize]));
+        }
+    }),
+    (&COLLECTOR_EXPORTS, |s, _, _, emit| {
+        for e in ExporterKind::ALL {
+            emit(&[e.as_str(), "failed"], get(&s.exports_failed[e as usize]));
+            emit(&[e.as_str(), "ok"], get(&s.exports_ok[e as usize]));
+        }
+    }),
+    (&COLLECTOR_POINTS_RECEIVED, |s, _, _, emit| {
+        for t in Transport::ALL {
+            emit(&[t.as_str()], get(&s.points_received[t as usize]));
+        }
+    }),
+    (&COLLECTOR_POINTS_REFUSED, |s, _, _, emit| {
+        for r in RefusalReason::ALL {
+            emit(&[r.as_str()], get(&s.points_refused[r as usize]));
+        }
+    }),
+    (&COLLECTOR_REQUESTS_REFUSED, |s, _, _, emit| {
+        for t in Transport::ALL {
+            for r in RequestRefusal::ALL {
+                emit(
+                    &[t.as_str(), r.as_str()],
+                    get(&s.requests_refused[t as usize][r as usize]),
+                );
+            }
+        }
+    }),
+    (&COLLECTOR_REQUESTS, |s, _, _, emit| {
+        for t in Transport::ALL {
+            emit(&[t.as_str()], get(&s.requests[t as usize]));
+        }
+    }),
+    (&COLLECTOR_SERIES, |_, store, _, emit| {
+        emit(&["fleet"], store.fleet.len() as f64);
+        emit(&["source"], store.series_held() as f64);
+    }),
+    (&COLLECTOR_SOURCES, |_, store, now, emit| {
+        emit(&[], store.live_sources(now) as f64);
+    }),
+];
+
+fn get(a: &std::sync::atomic::AtomicU64) -> f64 {
+    SelfMetrics::get(a) as f64
+}
+
+fn self_metrics(store: &Store, now: u64, stats: &SelfMetrics, out: &mut Rows) {
+    for (family, read) in SELF_FAMILIES {
+        let mut rows = Vec::new();
+        read(stats, store, now, &mut |values, value| {
+            let pairs: Vec<(&str, &str)> = family
+                .labels
+                .iter()
+                .copied()
+                .zip(values.iter().copied())
+                .collect();
+            rows.push(Row {
+                labels: with_static(store, &pairs),
+                value: RowValue::Number(value),
+            });
+        });
+        out.push_family(family.name, family.help, family.kind.into())
+            .extend(rows);
+    }
+}
+
+fn target_info(store: &Store, now: u64, out: &mut Rows) {
+    let mut live: Vec<&Arc<str>> = store
+        .sources
+        .iter()
+        .flatten()
+        .filter(|s| store.is_live(s.last_seen, now))
+        .map(|s| &s.target_info)
+        .collect();
+    if live.is_empty() {
+        return;
+    }
+    live.sort_unstable();
+    live.dedup();
+    let rows: Vec<Row> = live
+        .into_iter()
+        .map(|labels| Row {
+            labels: labels.clone(),
+            value: RowValue::Number(1.0),
+        })
+        .collect();
+    out.push_family(TARGET_INFO, "Target metadata", FamilyKind::Info)
+        .extend(rows);
+}
+
+/// The OTLP push's rows at `now` (run under the aggregator's lock).
+pub(crate) fn otlp_rows(store: &Store, now: u64, include_sources: bool) -> OtlpRows {
+    let mut counts = Rows::default();
+    let metrics = store
+        .metrics
+        .iter()
+        .map(|m| MetricHead {
+            name: m.otel_name.clone(),
+            help: m.help.clone(),
+            unit: m.unit.clone(),
+            kind: m.kind,
+        })
+        .collect();
+    let mut fleet = Vec::new();
+    for s in store.series.iter().flatten() {
+        if !store.is_live(s.last_seen, now) {
+            continue;
+        }
+        let Value::Gauge { value, .. } = s.value else {
+            continue;
+        };
+        if store.metrics[s.metric as usize].gauge_agg == GaugeAggregation::PerSource {
+            let source = store.sources[s.source as usize]
+                .as_ref()
+                .map(|src| src.labels.clone())
+                .unwrap_or_default();
+            fleet.push(OtlpPoint {
+                metric: s.metric,
+                attrs: Attrs::SourceGauge {
+                    source,
+                    point: s.attrs_shared(),
+                },
+                value: RowValue::Number(value),
+            });
+        }
+    }
+    let gauges = fleet_gauges(store, now);
+    for (i, f) in store.fleet.iter().enumerate() {
+        let value = match &f.value {
+            FleetValue::Counter(v) => RowValue::Number(*v),
+            FleetValue::Histogram(h) => counts.hist(h),
+            FleetValue::Gauge => match gauges[i] {
+                Some((v, _)) => RowValue::Number(v),
+                None => continue,
+            },
+        };
+        fleet.push(OtlpPoint {
+            metric: f.metric,
+            attrs: Attrs::Shared(f.label_pairs.clone()),
+            value,
+        });
+    }
+    let mut sources = Vec::new();
+    if include_sources {
+        let mut per_source: std::collections::BTreeMap<u32, Vec<OtlpPoint>> = Default::default();
+        for s in store.series.iter().flatten() {
+            if !store.is_live(s.last_seen, now) {
+                continue;
+            }
+            let value = match &s.value {
+                Value::Counter { value } | Value::Gauge { value, .. } => RowValue::Number(*value),
+                Value::Histogram(h) => counts.hist(h),
+            };
+            per_source.entry(s.source).or_default().push(OtlpPoint {
+                metric: s.metric,
+                attrs: Attrs::Shared(s.attrs_shared()),
+                value,
+            });
+        }
+        for (source, points) in per_source {
+            if let Some(src) = store.sources[source as usize].as_ref() {
+                sources.push((src.resource.clone(), points));
+            }
+        }
+    }
+    OtlpRows {
+        metrics,
+        fleet,
+        sources,
+        counts: counts.counts,
+        static_labels: store.static_labels.clone(),
+    }
+}
+
+/// Reads every source of `store` at `now`.
+pub(crate) fn cluster_read(store: &Store, now: u64) -> ClusterReading {
+    let activity = higgsmeter_catalog::WORKER_ACTIVITY_TIME.name;
+    let current = higgsmeter_catalog::WORKER_CURRENT_STATE.name;
+    let gpu = higgsmeter_catalog::HW_GPU_UTILIZATION_INSTRUMENT;
+    // Which metric ids matter: 0 activity, 1 current state, 2 GPU utilisation.
+    let role: Vec<Option<u8>> = store
+        .metrics
+        .iter()
+        .map(|m| match m.otel_name.as_str() {
+            n if n == activity => Some(0),
+            n if n == current => Some(1),
+            n if n == gpu || n == higgsmeter_catalog::HW_GPU_UTILIZATION.name => Some(2),
+            _ => None,
+        })
+        .collect();
+    let mut by_id: HashMap<u32, (SourceReading, f64)> = HashMap::new();
+    for (id, src) in store.sources.iter().enumerate() {
+        let Some(src) = src else { continue };
+        let Ok(id) = u32::try_from(id) else { continue };
+        let mut attrs: Vec<(String, String)> = src
+            .resource
+            .iter()
+            .map(|kv| (kv.key.clone(), value_string(kv.value.as_ref()).into_owned()))
+            .collect();
+        attrs.sort();
+        let get = |k: &str| {
+            attrs
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+        };
+        let reading = SourceReading {
+            key: attrs
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join("\u{1f}"),
+            rank: get("rank"),
+            service_name: get("service.name"),
+            service_instance_id: get("service.instance.id"),
+            host_name: get("host.name"),
+            state_code: None,
+            seconds_by_state: Vec::new(),
+            gpu_utilization: None,
+            gpu_devices: 0,
+            since_seen: now.saturating_sub(src.last_seen),
+            live: store.is_live(src.last_seen, now),
+        };
+        by_id.insert(id, (reading, 0.0));
+    }
+    for s in store.series.iter().flatten() {
+        let Some(Some(role)) = role.get(s.metric as usize) else {
+            continue;
+        };
+        let Some((entry, gpu_sum)) = by_id.get_mut(&s.source) else {
+            continue;
+        };
+        match (role, &s.value) {
+            (0, Value::Counter { value }) => {
+                let state = s.attr("state").unwrap_or("");
+                match entry.seconds_by_state.iter_mut().find(|(k, _)| k == state) {
+                    Some((_, v)) => *v += value,
+                    None => entry.seconds_by_state.push((state.to_owned(), *value)),
+                }
+            }
+            (1, Value::Gauge { value, .. }) if value.is_finite() => {
+                entry.state_code = Some(*value as i64);
+            }
+            (2, Value::Gauge { value, .. }) if value.is_finite() => {
+                *gpu_sum += value;
+                entry.gpu_devices += 1;
+            }
+            _ => {}
+        }
+    }
+    let mut sources: Vec<SourceReading> = by_id
+        .into_values()
+        .map(|(mut r, gpu_sum)| {
+            if r.gpu_devices > 0 {
+                r.gpu_utilization = Some(gpu_sum / r.gpu_devices as f64);
+            }
+            r
+        })
+        .collect();
+    sources.sort_by(rank_order);
+    ClusterReading { now, sources }
+}
