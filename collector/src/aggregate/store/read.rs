@@ -233,9 +233,12 @@ fn sources_in_state(store: &Store, now: u64, out: &mut Rows) {
 /// order) and its value.
 type Emit<'a> = &'a mut dyn FnMut(&[&str], f64);
 
+/// Reads one self-metric family's samples.
+type ReadSamples = fn(&SelfMetrics, &Store, u64, Emit<'_>);
+
 /// The collector's own families, in exposition order, each with what reads its
 /// samples.
-const SELF_FAMILIES: &[(&Family, fn(&SelfMetrics, &Store, u64, Emit<'_>))] = &[
+const SELF_FAMILIES: &[(&Family, ReadSamples)] = &[
     (&COLLECTOR_CHECKPOINTS, |s, _, _, emit| {
         for (i, outcome) in ["ok", "failed"].into_iter().enumerate() {
             emit(&[outcome], get(&s.checkpoints[i]));
