@@ -71,6 +71,7 @@ pub(crate) mod aggregate;
 pub mod config;
 mod error;
 mod exporters;
+mod net;
 mod receivers;
 mod self_metrics;
 mod storage;

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::exposition::{Encoder, Format};
 use crate::aggregate::{Aggregator, View};
+use crate::net::LimitedListener;
 
 /// The text exposition format's content type.
 pub(crate) const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -92,10 +93,13 @@ pub(crate) async fn serve(
         app = app.route("/metrics/sources", get(sources));
     }
     let app = app.with_state(aggregator);
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(cancel.cancelled_owned())
-        .await;
-    if let Err(e) = result {
-        tracing::error!(error = %e, "the Prometheus endpoint stopped");
-    }
+    // Scrapers get the receivers' header-read (and keep-alive idle) timeout; no cap.
+    let header_timeout = crate::config::HttpReceiver::default().read_header_timeout;
+    crate::net::serve_http1(
+        LimitedListener::unlimited(listener),
+        app,
+        header_timeout,
+        cancel,
+    )
+    .await;
 }

@@ -24,10 +24,10 @@ use tonic::codec::{CompressionEncoding, EnabledCompressionEncodings};
 use tonic::codegen::{Body as HttpBody, BoxFuture, Context, Poll, Service, StdError};
 use tonic::{Request, Response, Status};
 
-use super::limit::LimitedListener;
 use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, response};
 use crate::aggregate::Aggregator;
 use crate::config::ReceiverLimits;
+use crate::net::LimitedListener;
 use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
 
 /// The metrics service, by hand rather than generated: tonic hands it the request's

@@ -16,10 +16,10 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::limit::LimitedListener;
 use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, response};
 use crate::aggregate::Aggregator;
 use crate::config::ReceiverLimits;
+use crate::net::{LimitedListener, serve_http1};
 use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
 
 /// `google.rpc.Status`, the body of OTLP/HTTP error responses.
@@ -300,32 +300,5 @@ pub(crate) async fn serve(
         Transport::Http,
         stats,
     );
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let conn = tokio::select! {
-            _ = cancel.cancelled() => break,
-            conn = listener.accept() => conn,
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-        };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let cancel = cancel.clone();
-        let header_timeout = limits.http_read_header_timeout;
-        connections.spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .keep_alive(true);
-            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(conn), service);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = cancel.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-            }
-        });
-    }
-    while connections.join_next().await.is_some() {}
+    serve_http1(listener, app, limits.http_read_header_timeout, cancel).await;
 }

@@ -6,7 +6,6 @@
 
 pub(crate) mod grpc;
 pub(crate) mod http;
-mod limit;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceResponse,

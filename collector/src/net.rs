@@ -1,6 +1,9 @@
-//! A cap on a receiver's open connections: past `max_connections` a new connection is
-//! refused at once (an HTTP client gets a 503 saying which key to raise), logged at
-//! most once a minute, and counted in `higgsmeter_collector_connections_refused_total`.
+//! Listening: a cap on a receiver's open connections (past `max_connections` a new
+//! connection is refused at once, an HTTP client getting a 503 that names the key to
+//! raise, logged at most once a minute, counted in
+//! `higgsmeter_collector_connections_refused_total`), and the HTTP/1 server loop of the
+//! OTLP/HTTP receiver and the Prometheus endpoint: a header-read (and keep-alive idle)
+//! timeout per connection, and a graceful stop that lets requests in flight finish.
 
 use std::io;
 use std::pin::Pin;
@@ -19,7 +22,8 @@ pub(crate) struct LimitedListener {
     listener: TcpListener,
     permits: Arc<Semaphore>,
     max: usize,
-    transport: Transport,
+    /// Whose connections these are (`None`: the Prometheus endpoint, never capped).
+    transport: Option<Transport>,
     stats: Arc<SelfMetrics>,
     last_log: Mutex<Option<Instant>>,
 }
@@ -33,10 +37,22 @@ impl LimitedListener {
     ) -> LimitedListener {
         LimitedListener {
             listener,
-            permits: Arc::new(Semaphore::new(max)),
+            permits: Arc::new(Semaphore::new(max.min(Semaphore::MAX_PERMITS))),
             max,
-            transport,
+            transport: Some(transport),
             stats,
+            last_log: Mutex::new(None),
+        }
+    }
+
+    /// A listener whose connections are not capped (the Prometheus endpoint).
+    pub(crate) fn unlimited(listener: TcpListener) -> LimitedListener {
+        LimitedListener {
+            listener,
+            permits: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
+            max: Semaphore::MAX_PERMITS,
+            transport: None,
+            stats: Arc::new(SelfMetrics::default()),
             last_log: Mutex::new(None),
         }
     }
@@ -48,7 +64,7 @@ impl LimitedListener {
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     // Out of file descriptors and the like: back off, never spin.
-                    tracing::warn!(error = %e, transport = self.transport.as_str(), "accepting a connection failed");
+                    tracing::warn!(error = %e, "accepting a connection failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -67,9 +83,12 @@ impl LimitedListener {
     }
 
     fn refuse(&self, mut stream: TcpStream) {
-        self.stats.connections_refused[self.transport as usize]
+        let Some(transport) = self.transport else {
+            return;
+        };
+        self.stats.connections_refused[transport as usize]
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let key = match self.transport {
+        let key = match transport {
             Transport::Grpc => "receivers.otlp.protocols.grpc.max_connections",
             Transport::Http => "receivers.otlp.protocols.http.max_connections",
         };
@@ -78,14 +97,14 @@ impl LimitedListener {
             if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
                 *last = Some(Instant::now());
                 tracing::warn!(
-                    transport = self.transport.as_str(),
+                    transport = transport.as_str(),
                     max = self.max,
                     "refusing connections: {} are open, the limit ({key}); counted in higgsmeter_collector_connections_refused_total",
                     self.max
                 );
             }
         }
-        if self.transport == Transport::Http {
+        if transport == Transport::Http {
             let body = format!(
                 "too many connections: the collector has {} open, the limit ({key}); retry later\n",
                 self.max
@@ -157,4 +176,44 @@ impl tonic::transport::server::Connected for Counted {
     fn connect_info(&self) -> Self::ConnectInfo {
         self.stream.connect_info()
     }
+}
+
+/// Serves `app` over HTTP/1 on `listener` until `cancel`: a connection whose next
+/// request's headers take longer than `header_timeout` (half-sent, or idle keep-alive)
+/// is closed. On `cancel` it stops accepting, lets requests in flight finish and
+/// closes idle connections; the caller bounds that wait (`service.shutdown_timeout`),
+/// and dropping this future drops every connection.
+pub(crate) async fn serve_http1(
+    listener: LimitedListener,
+    app: axum::Router,
+    header_timeout: Duration,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let conn = tokio::select! {
+            _ = cancel.cancelled() => break,
+            conn = listener.accept() => conn,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let cancel = cancel.clone();
+        connections.spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .keep_alive(true);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(conn), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = cancel.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    while connections.join_next().await.is_some() {}
 }
