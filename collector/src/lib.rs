@@ -148,6 +148,7 @@ struct Checkpointer {
     aggregator: Arc<Aggregator>,
     stats: Arc<SelfMetrics>,
     last_error_log: std::sync::Mutex<Option<Instant>>,
+    writing: std::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Checkpointer {
@@ -164,6 +165,13 @@ impl Checkpointer {
     /// failure (a full disk) is counted and logged at most once a minute; ingest goes
     /// on and the next checkpoint tries again.
     fn write(&self) -> bool {
+        // One checkpoint at a time, snapshot to rename: the periodic one and the final
+        // one share the temporary file, and an older snapshot must never be written
+        // after a newer one.
+        let _one_at_a_time = self
+            .writing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let bytes = self.aggregator.snapshot_state().encode();
         match self.storage.write(&bytes) {
             Ok(()) => {
@@ -236,6 +244,7 @@ impl Collector {
                 aggregator: aggregator.clone(),
                 stats: stats.clone(),
                 last_error_log: std::sync::Mutex::new(None),
+                writing: std::sync::Mutex::new(()),
             })
         });
         let cancel = CancellationToken::new();
