@@ -49,6 +49,14 @@ if [[ " $PEERS " == *" higgsmeter "* ]]; then
     fi
 fi
 
+# A collector that keeps state (--storage) gets a fresh directory per run: state restored
+# from an earlier run would pre-load its series. It checkpoints on its defaults (5 s).
+fresh_state() {
+    if [[ -n "$HM" ]] && "$HM" --help 2>/dev/null | grep -q -- '--storage'; then
+        echo "--storage $(mktemp -d "$OUT/state.XXXXXX")"
+    fi
+}
+
 ROTEL=""
 if [[ " $PEERS " == *" rotel"* ]]; then
     ROTEL=${ROTEL_BIN:-$(ls /tmp/rotel-venv/lib/python3*/site-packages/rotel/rotel-agent 2>/dev/null | head -1 || true)}
@@ -74,7 +82,7 @@ peer_cmd() {
     sink) echo "$LG --sink 127.0.0.1:$2 --sink-http 127.0.0.1:$3 --sink-for $RUN_LIMIT" ;;
     rotel-otlp) echo "$ROTEL start --exporter otlp --otlp-exporter-endpoint http://127.0.0.1:$4 --otlp-grpc-endpoint 127.0.0.1:$2 --otlp-http-endpoint 127.0.0.1:$3 --otlp-grpc-max-recv-msg-size-mib 16 --pid-file $OUT/rotel.pid --log-file $OUT/rotel.log" ;;
     rotel) echo "$ROTEL start --exporter blackhole --otlp-grpc-endpoint 127.0.0.1:$2 --otlp-http-endpoint 127.0.0.1:$3 --otlp-grpc-max-recv-msg-size-mib 16 --pid-file $OUT/rotel.pid --log-file $OUT/rotel.log" ;;
-    higgsmeter) echo "$HM --grpc 127.0.0.1:$2 --http 127.0.0.1:$3 --prometheus 127.0.0.1:$4 ${COLLECTOR_ARGS:-}" ;;
+    higgsmeter) echo "$HM --grpc 127.0.0.1:$2 --http 127.0.0.1:$3 --prometheus 127.0.0.1:$4 $(fresh_state) ${COLLECTOR_ARGS:-}" ;;
     esac
 }
 
