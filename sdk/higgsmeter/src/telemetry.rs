@@ -13,9 +13,6 @@ use opentelemetry_sdk::metrics::{
     MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality,
 };
 use opentelemetry_sdk::resource::EnvResourceDetector;
-use tracing_subscriber::Layer as _;
-use tracing_subscriber::filter::Targets;
-use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 
 use higgsmeter_catalog::STATUS_INTERVAL_S;
@@ -343,22 +340,7 @@ fn install_subscriber(
     log_to_stderr: bool,
     meter: Option<&opentelemetry::metrics::Meter>,
 ) -> Result<bool, Error> {
-    let mut activity = ActivityLayer::new(tracker.clone());
-    if let Some(meter) = meter {
-        activity = activity.with_meter(meter);
-    }
-    let fmt_layer = log_to_stderr.then(|| {
-        let filter = std::env::var("RUST_LOG")
-            .ok()
-            .and_then(|v| v.parse::<Targets>().ok())
-            .unwrap_or_else(|| Targets::new().with_default(tracing::Level::WARN));
-        tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_filter(filter)
-    });
-    let subscriber = tracing_subscriber::registry()
-        .with(fmt_layer)
-        .with(activity);
+    let subscriber = crate::subscriber::subscriber(tracker, log_to_stderr, meter);
     tracing::subscriber::set_global_default(subscriber).map_err(|_| Error::SubscriberAlreadySet)?;
     Ok(true)
 }
