@@ -147,6 +147,17 @@ fn with_init_subscriber(c: &mut Criterion) {
         .unwrap();
     let tracker = telemetry.tracker().clone();
     let mut g = c.benchmark_group("init_subscriber");
+    // The baseline again, measured next to the scope: on a shared machine the two
+    // numbers of the ratio should come from the same minute.
+    tracing::subscriber::with_default(tracing_subscriber::registry().with(NoopLayer), || {
+        g.bench_function("registry_noop_layer_span", |b| {
+            b.iter(|| {
+                let span =
+                    tracing::info_span!("state", state = "gpu", operation = black_box("inference"));
+                drop(black_box(span));
+            })
+        });
+    });
     g.bench_function("scope_enter_exit", |b| {
         b.iter(|| {
             let scope = tracker.scope(AppState::Gpu, black_box("inference"));

@@ -14,7 +14,7 @@ use tracing_core::subscriber::Interest;
 use tracing_core::{Event, Level, LevelFilter, Metadata, Subscriber};
 use tracing_subscriber::filter::Targets;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::registry::{LookupSpan, Registry};
 
 use crate::engine::EngineRecorders;
 use crate::layer::{CatalogLayer, StateLayer, is_activity_callsite};
@@ -22,43 +22,48 @@ use crate::tracker::Tracker;
 
 /// The subscriber `init()` installs as the global default: state spans into
 /// `tracker`, step and transfer spans into `meter`'s instruments (the global meter's
-/// when `None`), and, with `log_to_stderr`, log events filtered by `RUST_LOG` (default
-/// `warn`) to stderr.
+/// when `None`), and, with a filter (`init()` reads it from `RUST_LOG`), the log
+/// events it enables to stderr.
 pub(crate) fn subscriber(
     tracker: &Tracker,
-    log_to_stderr: bool,
+    log: Option<LogFilter>,
     meter: Option<&opentelemetry::metrics::Meter>,
 ) -> impl Subscriber + Send + Sync + 'static {
-    let filter = log_to_stderr.then(LogFilter::from_env);
+    let filter = log;
     let log = filter.clone().map(|filter| LogLayer {
         inner: tracing_subscriber::fmt::layer().with_writer(std::io::stderr),
         filter,
     });
-    tracing_subscriber::registry()
-        .with(log)
-        .with(StateLayer::new(tracker.clone()))
-        .with(CatalogLayer::new(
+    // One stack of layers, added to the registry at once: every layer added with
+    // `.with()` costs each close a registry close guard of its own.
+    let layers = Layer::<Registry>::and_then(log, StateLayer::new(tracker.clone()))
+        .and_then(CatalogLayer::new(
             tracker.clone(),
             meter.map(EngineRecorders::new),
         ))
-        .with(Gate { log: filter })
+        .and_then(Gate { log: filter });
+    tracing_subscriber::registry().with(layers)
 }
 
-/// What the stderr log shows: `RUST_LOG` as a list of targets and levels (default
-/// `warn`).
+/// What the stderr log shows: a list of targets and levels, as `RUST_LOG` gives it.
 #[derive(Clone)]
-struct LogFilter {
+pub(crate) struct LogFilter {
     targets: Targets,
     /// The most verbose level any directive enables, checked first.
     max: LevelFilter,
 }
 
 impl LogFilter {
-    fn from_env() -> LogFilter {
+    /// `RUST_LOG`, or `warn` when it is unset or not a list of targets and levels.
+    pub(crate) fn from_env() -> LogFilter {
         let targets = std::env::var("RUST_LOG")
             .ok()
             .and_then(|v| v.parse::<Targets>().ok())
             .unwrap_or_else(|| Targets::new().with_default(Level::WARN));
+        LogFilter::new(targets)
+    }
+
+    fn new(targets: Targets) -> LogFilter {
         let max = targets
             .iter()
             .map(|(_, level)| level)
@@ -141,5 +146,53 @@ where
         if self.filter.enables(event.metadata()) {
             self.inner.on_event(event, ctx);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::AppState;
+
+    fn warn_only() -> Option<LogFilter> {
+        Some(LogFilter::new(Targets::new().with_default(Level::WARN)))
+    }
+
+    #[test]
+    fn state_spans_pass_the_gate_and_move_the_timeline() {
+        let tracker = Tracker::new();
+        let subscriber = subscriber(&tracker, warn_only(), None);
+        tracing::subscriber::with_default(subscriber, || {
+            let scope = tracker.scope(AppState::Gpu, "inference");
+            assert!(!scope.span().is_disabled());
+            assert_eq!(tracker.current_state(), AppState::Gpu);
+            let _own = tracing::info_span!("mine", state = "io").entered();
+            assert_eq!(tracker.current_state(), AppState::Io);
+        });
+        assert_eq!(tracker.current_state(), AppState::Startup);
+        assert!(tracker.snapshot().get(AppState::Io, "mine").is_some());
+    }
+
+    #[test]
+    fn the_gate_keeps_off_what_no_layer_wants() {
+        let tracker = Tracker::new();
+        tracing::subscriber::with_default(subscriber(&tracker, warn_only(), None), || {
+            assert!(tracing::info_span!("other", request = 7u64).is_disabled());
+            assert!(!tracing::warn_span!("logged").is_disabled());
+            assert!(!crate::step_span("decoder", "decode", None).is_disabled());
+        });
+        // Without the log, only activity spans pass.
+        tracing::subscriber::with_default(subscriber(&tracker, None, None), || {
+            assert!(tracing::error_span!("other").is_disabled());
+            assert!(!crate::transfer_span("a", "b", "shm", None).is_disabled());
+        });
+    }
+
+    #[test]
+    fn the_log_filter_reads_levels_and_targets() {
+        let filter = LogFilter::new("warn,higgsmeter=info".parse().unwrap());
+        assert_eq!(filter.max, LevelFilter::INFO);
+        let off = LogFilter::new(Targets::new());
+        assert_eq!(off.max, LevelFilter::OFF);
     }
 }

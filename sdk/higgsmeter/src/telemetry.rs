@@ -340,7 +340,8 @@ fn install_subscriber(
     log_to_stderr: bool,
     meter: Option<&opentelemetry::metrics::Meter>,
 ) -> Result<bool, Error> {
-    let subscriber = crate::subscriber::subscriber(tracker, log_to_stderr, meter);
+    let log = log_to_stderr.then(crate::subscriber::LogFilter::from_env);
+    let subscriber = crate::subscriber::subscriber(tracker, log, meter);
     tracing::subscriber::set_global_default(subscriber).map_err(|_| Error::SubscriberAlreadySet)?;
     Ok(true)
 }
