@@ -180,6 +180,14 @@ fn with_init_subscriber(c: &mut Criterion) {
             drop(black_box(span));
         })
     });
+    // Once a process has opened a step or transfer span, every close costs the
+    // catalog layer a span look-up: the scope again, after the step spans above.
+    g.bench_function("scope_enter_exit_after_step_spans", |b| {
+        b.iter(|| {
+            let scope = tracker.scope(AppState::Gpu, black_box("inference"));
+            drop(black_box(scope));
+        })
+    });
     g.finish();
     // Leaked: dropping it would flush and shut down while criterion still reports.
     std::mem::forget(telemetry);

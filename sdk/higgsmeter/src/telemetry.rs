@@ -194,7 +194,9 @@ impl TelemetryBuilder {
     }
 
     /// Whether the installed subscriber also prints log events to stderr, filtered by
-    /// `RUST_LOG` (default `warn`). Default true.
+    /// `RUST_LOG` (default `warn`). Default true. An event inside a state span that
+    /// `RUST_LOG` does not enable shows the span's name, without its fields, in its
+    /// context.
     pub fn with_log_to_stderr(mut self, log: bool) -> Self {
         self.log_to_stderr = log;
         self
@@ -791,8 +793,10 @@ impl Drop for Telemetry {
 /// Starts higgsmeter with settings from the environment: the resource (service name,
 /// instance id, host, rank), a meter provider exporting the activity families through
 /// OTLP (when `OTEL_EXPORTER_OTLP_ENDPOINT` is set) and a Prometheus endpoint (when
-/// `HIGGSMETER_PROMETHEUS_ADDR` is set), and a global `tracing` subscriber with the
-/// [`ActivityLayer`] for the process-wide tracker.
+/// `HIGGSMETER_PROMETHEUS_ADDR` is set), and a global `tracing` subscriber that
+/// accounts the process-wide tracker's state spans and records step and transfer spans
+/// (the two layers [`ActivityLayer`] composes, behind one filter of the whole stack
+/// rather than per-layer filters, which cost every span more).
 ///
 /// Works from a plain `fn main` and inside a tokio runtime: exporters run on a
 /// background thread of their own, never on the caller's. Keep the returned guard

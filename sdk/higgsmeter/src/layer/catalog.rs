@@ -1,7 +1,7 @@
 //! The catalog-span layer: records step and transfer spans into the engine's catalog
 //! histograms and counters when they close.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{OnceLock, RwLock};
 use std::time::Duration;
 
@@ -22,16 +22,18 @@ use super::{CatalogKind, catalog_kind};
 /// when they close.
 ///
 /// A plain layer, like [`StateLayer`](super::state::StateLayer): other spans cost it a
-/// metadata check at creation and, while a catalog span is open somewhere, one span
+/// metadata check at creation and, once this layer has seen a catalog span, one span
 /// look-up at close. An open span's labels, amount and start live in its extensions.
 pub(crate) struct CatalogLayer {
     /// The clock, and where warnings raised in a callback wait to be logged.
     tracker: Tracker,
     /// The engine instruments step and transfer spans record into.
     engine: OnceLock<EngineRecorders>,
-    /// How many catalog spans this layer has open, so that closing another span skips
-    /// the look-up while none is.
-    open: AtomicUsize,
+    /// Whether this layer has ever opened a catalog span: until then, closing a span
+    /// skips the look-up. (A flag, not a count of open spans: a count costs every
+    /// catalog span two atomic read-modify-writes, and in an engine some step is open
+    /// nearly all the time anyway.)
+    seen: AtomicBool,
     /// Recorders by interned label values, made at a combination's first close.
     steps: RwLock<Vec<([OpId; 2], StepRecorder)>>,
     transfers: RwLock<Vec<([OpId; 3], TransferRecorder)>>,
@@ -60,7 +62,7 @@ impl CatalogLayer {
         CatalogLayer {
             tracker,
             engine: cell,
-            open: AtomicUsize::new(0),
+            seen: AtomicBool::new(false),
             steps: RwLock::new(Vec::new()),
             transfers: RwLock::new(Vec::new()),
         }
@@ -125,7 +127,9 @@ where
         // `replace`, not `insert`: another activity layer on the same subscriber (for
         // another tracker) records the same span into its own meter.
         span.extensions_mut().replace(open);
-        self.open.fetch_add(1, Ordering::Release);
+        if !self.seen.load(Ordering::Relaxed) {
+            self.seen.store(true, Ordering::Release);
+        }
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
@@ -151,7 +155,9 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        if self.open.load(Ordering::Acquire) == 0 {
+        // A catalog span closing on any thread happens after its creation, and so
+        // after the flag was set.
+        if !self.seen.load(Ordering::Acquire) {
             return;
         }
         let Some(span) = ctx.span(&id) else {
@@ -165,7 +171,6 @@ where
         let Some(open) = span.extensions().get::<OpenCatalogSpan>().copied() else {
             return;
         };
-        self.open.fetch_sub(1, Ordering::Release);
         self.record(open);
     }
 }

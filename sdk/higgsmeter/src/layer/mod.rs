@@ -40,6 +40,11 @@ pub(crate) use state::StateLayer;
 /// other spans cost this layer nothing. A state value it does not know is ignored with
 /// one warning per callsite.
 ///
+/// It composes two layers with one job each, behind one per-layer filter: a state
+/// layer (state spans → the tracker's timeline) and a catalog-span layer (step and
+/// transfer spans → `mstar_step_seconds`, `mstar_batch_size`, `mstar_transfer_*`).
+/// Their per-span data lives in the registry's span extensions, under private types.
+///
 /// ```
 /// use higgsmeter::{ActivityLayer, AppState, Tracker};
 /// use tracing_subscriber::layer::SubscriberExt;
