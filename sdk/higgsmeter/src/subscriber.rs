@@ -17,7 +17,7 @@ use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::registry::{LookupSpan, Registry};
 
 use crate::engine::EngineRecorders;
-use crate::layer::{CatalogLayer, StateLayer, is_activity_callsite};
+use crate::layer::{Activity, is_activity_callsite};
 use crate::tracker::Tracker;
 
 /// The subscriber `init()` installs as the global default: state spans into
@@ -36,12 +36,11 @@ pub(crate) fn subscriber(
     });
     // One stack of layers, added to the registry at once: every layer added with
     // `.with()` costs each close a registry close guard of its own.
-    let layers = Layer::<Registry>::and_then(log, StateLayer::new(tracker.clone()))
-        .and_then(CatalogLayer::new(
-            tracker.clone(),
-            meter.map(EngineRecorders::new),
-        ))
-        .and_then(Gate { log: filter });
+    let layers = Layer::<Registry>::and_then(
+        log,
+        Activity::new(tracker.clone(), meter.map(EngineRecorders::new)),
+    )
+    .and_then(Gate { log: filter });
     tracing_subscriber::registry().with(layers)
 }
 

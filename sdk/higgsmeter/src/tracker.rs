@@ -363,16 +363,17 @@ impl Tracker {
     }
 
     /// A state span closed. Closing a scope that is not the current one (out of order,
-    /// from another task) only forgets it: the current state does not change.
-    pub(crate) fn close(&self, span: u64) {
+    /// from another task) only forgets it: the current state does not change. Returns
+    /// whether `span` was open in this timeline.
+    pub(crate) fn close(&self, span: u64) -> bool {
         // A span closing on any thread happens after its creation, so an open frame
         // of its is counted here.
         if self.inner.open_frames.load(Ordering::Acquire) == 0 {
-            return;
+            return false;
         }
         let mut t = self.lock();
         let Some(pos) = t.frames.iter().rposition(|f| f.span == span) else {
-            return;
+            return false;
         };
         if pos + 1 == t.frames.len() {
             let now = self.inner.clock.now_nanos();
@@ -382,6 +383,7 @@ impl Tracker {
             t.frames.remove(pos);
         }
         self.publish(&t);
+        true
     }
 
     #[inline]

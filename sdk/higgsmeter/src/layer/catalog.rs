@@ -23,7 +23,8 @@ use super::{CatalogKind, catalog_kind};
 ///
 /// A plain layer, like [`StateLayer`](super::state::StateLayer): other spans cost it a
 /// metadata check at creation and, once this layer has seen a catalog span, one span
-/// look-up at close. An open span's labels, amount and start live in its extensions.
+/// look-up at close ([`Activity`](super::Activity) spares it the state spans). An
+/// open span's labels, amount and start live in its extensions.
 pub(crate) struct CatalogLayer {
     /// The clock, and where warnings raised in a callback wait to be logged.
     tracker: Tracker,

@@ -4,9 +4,10 @@
 //! Two plain layers, one job each: [`StateLayer`] (state spans → the tracker's
 //! timeline) and [`CatalogLayer`] (step and transfer spans → catalog histograms and
 //! counters), each keeping its per-span data in the registry's span extensions.
-//! Neither filters: [`ActivityLayer`], the public layer, composes both behind one
-//! per-layer filter, so that it fits any subscriber; the subscriber `init()` installs
-//! uses them behind a gate of its own instead (see `subscriber.rs`).
+//! Neither filters: [`Activity`] puts them side by side, and [`ActivityLayer`], the
+//! public layer, puts that behind one per-layer filter, so that it fits any
+//! subscriber; the subscriber `init()` installs uses it behind a gate of its own
+//! instead (see `subscriber.rs`).
 
 mod catalog;
 mod fields;
@@ -18,15 +19,15 @@ use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::subscriber::Interest;
 use tracing_core::{Dispatch, Event, LevelFilter, Metadata, Subscriber};
 use tracing_subscriber::filter::Filtered;
-use tracing_subscriber::layer::{Context, Filter, Layer, Layered};
+use tracing_subscriber::layer::{Context, Filter, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::engine::{EngineRecorders, STEP_SPAN_TARGET, TRANSFER_SPAN_TARGET};
 use crate::span::STATE_FIELD;
 use crate::tracker::Tracker;
 
-pub(crate) use catalog::CatalogLayer;
-pub(crate) use state::StateLayer;
+use catalog::CatalogLayer;
+use state::StateLayer;
 
 /// A `tracing_subscriber::Layer` that accounts state spans into a [`Tracker`] and
 /// records step and transfer spans into the catalog families.
@@ -59,11 +60,45 @@ pub(crate) use state::StateLayer;
 /// ```
 pub struct ActivityLayer<S> {
     tracker: Tracker,
-    inner: Filtered<Activity<S>, ActivitySpans, S>,
+    inner: Filtered<Activity, ActivitySpans, S>,
 }
 
-/// The two layers, one above the other.
-type Activity<S> = Layered<CatalogLayer, StateLayer, S>;
+/// The state layer and the catalog-span layer, side by side: each sees every span
+/// handed to it and keeps what is its own, except that a span the state layer closed
+/// in its timeline (a state span) is not offered to the catalog layer, which would
+/// otherwise look it up to find out.
+pub(crate) struct Activity {
+    state: StateLayer,
+    catalog: CatalogLayer,
+}
+
+impl Activity {
+    pub(crate) fn new(tracker: Tracker, engine: Option<EngineRecorders>) -> Self {
+        Activity {
+            state: StateLayer::new(tracker.clone()),
+            catalog: CatalogLayer::new(tracker, engine),
+        }
+    }
+}
+
+impl<S> Layer<S> for Activity
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        self.state.on_new_span(attrs, id, ctx.clone());
+        self.catalog.on_new_span(attrs, id, ctx);
+    }
+    fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        self.state.on_record(span, values, ctx.clone());
+        self.catalog.on_record(span, values, ctx);
+    }
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        if !self.state.close(&id) {
+            self.catalog.on_close(id, ctx);
+        }
+    }
+}
 
 impl<S> ActivityLayer<S>
 where
@@ -81,11 +116,9 @@ where
     }
 
     fn build(tracker: Tracker, engine: Option<EngineRecorders>) -> Self {
-        let layers =
-            StateLayer::new(tracker.clone()).and_then(CatalogLayer::new(tracker.clone(), engine));
         ActivityLayer {
+            inner: Activity::new(tracker.clone(), engine).with_filter(ActivitySpans),
             tracker,
-            inner: layers.with_filter(ActivitySpans),
         }
     }
 }

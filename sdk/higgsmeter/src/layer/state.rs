@@ -61,6 +61,13 @@ impl StateLayer {
         }
     }
 
+    /// Closes `id` in the timeline; returns whether it was open there (a state span of
+    /// this tracker), so that a layer composed with this one can skip it.
+    pub(crate) fn close(&self, id: &Id) -> bool {
+        // No look-up: a span that is not open in the timeline is not found there.
+        self.tracker.close(id.into_u64())
+    }
+
     /// Whether a span's `higgsmeter.tracker` field (if any) names another tracker.
     fn foreign(&self, fields: &StateFields) -> bool {
         fields.tracker.is_some_and(|t| t != self.tracker.id())
@@ -144,7 +151,6 @@ where
     }
 
     fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
-        // No look-up: a span that is not open in the timeline is not found there.
-        self.tracker.close(id.into_u64());
+        self.close(&id);
     }
 }
