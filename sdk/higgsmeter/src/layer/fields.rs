@@ -18,8 +18,9 @@ pub(super) enum Parsed {
     Missing,
     /// A worker state.
     State(AppState),
-    /// A value that names no worker state (kept in [`StateFields::raw`] for the warning).
-    Unknown,
+    /// A value that names no worker state, as text for the warning (the buffer is
+    /// written only on this path, not for every span).
+    Unknown(SmallText),
 }
 
 /// Reads `state`, `operation` and the tracker id from span fields without allocating.
@@ -28,7 +29,6 @@ pub(super) struct StateFields {
     pub(super) state: Parsed,
     pub(super) operation: Option<OpId>,
     pub(super) tracker: Option<u64>,
-    pub(super) raw: SmallText,
 }
 
 impl StateFields {
@@ -38,8 +38,9 @@ impl StateFields {
             None => match text.parse::<u64>().ok().and_then(AppState::from_code) {
                 Some(state) => Parsed::State(state),
                 None => {
-                    self.raw.set(text);
-                    Parsed::Unknown
+                    let mut raw = SmallText::default();
+                    let _ = raw.write_str(text);
+                    Parsed::Unknown(raw)
                 }
             },
         };
@@ -49,9 +50,9 @@ impl StateFields {
         self.state = match code.and_then(AppState::from_code) {
             Some(state) => Parsed::State(state),
             None => {
-                self.raw.clear();
-                let _ = write!(self.raw, "{shown}");
-                Parsed::Unknown
+                let mut raw = SmallText::default();
+                let _ = write!(raw, "{shown}");
+                Parsed::Unknown(raw)
             }
         };
     }
@@ -178,14 +179,6 @@ impl SmallText {
             Ok(s) => s,
             Err(e) => std::str::from_utf8(&self.buf[..e.valid_up_to()]).unwrap_or(""),
         }
-    }
-    fn clear(&mut self) {
-        self.len = 0;
-        self.truncated = false;
-    }
-    fn set(&mut self, text: &str) {
-        self.clear();
-        let _ = self.write_str(text);
     }
 }
 

@@ -95,7 +95,7 @@ where
                     .unwrap_or_else(|| intern::intern(meta.name()));
                 self.tracker.open(id.into_u64(), Key { state, op });
             }
-            Parsed::Unknown => self.warn_once(meta, fields.raw.as_str()),
+            Parsed::Unknown(raw) => self.warn_once(meta, raw.as_str()),
             // `state = Empty`: opens when a state is recorded.
             Parsed::Missing => {
                 if let (Some(op), Some(span)) = (fields.operation, ctx.span(id)) {
@@ -121,8 +121,8 @@ where
         values.record(&mut fields);
         let state = match fields.state {
             Parsed::State(state) => Some(state),
-            Parsed::Unknown => {
-                self.warn_once(meta, fields.raw.as_str());
+            Parsed::Unknown(raw) => {
+                self.warn_once(meta, raw.as_str());
                 None
             }
             Parsed::Missing => None,
