@@ -36,8 +36,8 @@ pub(crate) struct CatalogLayer {
     /// nearly all the time anyway.)
     seen: AtomicBool,
     /// Recorders by interned label values, made at a combination's first close.
-    steps: RwLock<Vec<([OpId; 2], StepRecorder)>>,
-    transfers: RwLock<Vec<([OpId; 3], TransferRecorder)>>,
+    steps: Recorders<[OpId; 2], StepRecorder>,
+    transfers: Recorders<[OpId; 3], TransferRecorder>,
 }
 
 /// An open step or transfer span: its extension.
@@ -64,8 +64,8 @@ impl CatalogLayer {
             tracker,
             engine: cell,
             seen: AtomicBool::new(false),
-            steps: RwLock::new(Vec::new()),
-            transfers: RwLock::new(Vec::new()),
+            steps: Recorders::new(),
+            transfers: Recorders::new(),
         }
     }
 
@@ -78,14 +78,12 @@ impl CatalogLayer {
         let elapsed = Duration::from_nanos(self.tracker.now_nanos().saturating_sub(span.start));
         let [a, b, c] = span.labels;
         let recorded = match span.kind {
-            CatalogKind::Step => with_cached(
-                &self.steps,
+            CatalogKind::Step => self.steps.with(
                 [a, b],
                 || self.engine().step(&intern::name(a), &intern::name(b)),
                 |r| r.record(elapsed, span.amount),
             ),
-            CatalogKind::Transfer => with_cached(
-                &self.transfers,
+            CatalogKind::Transfer => self.transfers.with(
                 [a, b, c],
                 || {
                     self.engine()
@@ -176,26 +174,148 @@ where
     }
 }
 
-/// Runs `use_it` on the recorder cached for a label combination, making (and caching)
-/// it on first use. The hit path holds a read lock and clones nothing.
-fn with_cached<K: PartialEq + Copy, R>(
-    cache: &RwLock<Vec<(K, R)>>,
-    key: K,
-    make: impl FnOnce() -> Result<R, crate::Error>,
-    use_it: impl FnOnce(&R),
-) -> Result<(), crate::Error> {
-    {
-        let hit = cache.read().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, r)) = hit.iter().find(|(k, _)| *k == key) {
-            use_it(r);
-            return Ok(());
+/// How many label combinations a [`Recorders`] cache holds without a lock.
+const LOCK_FREE_RECORDERS: usize = 32;
+
+/// Recorders by label combination, made on first use: a fixed table of cells read
+/// without a lock (a hit is one scan of the cells set so far; an engine has a handful of
+/// combinations), then a locked list for combinations past the table's size.
+struct Recorders<K, R> {
+    /// Filled in order, each cell once: the first empty cell ends a search.
+    cells: [OnceLock<(K, R)>; LOCK_FREE_RECORDERS],
+    overflow: RwLock<Vec<(K, R)>>,
+}
+
+impl<K: PartialEq + Copy, R> Recorders<K, R> {
+    fn new() -> Self {
+        Recorders {
+            cells: std::array::from_fn(|_| OnceLock::new()),
+            overflow: RwLock::new(Vec::new()),
         }
     }
-    let r = make()?;
-    use_it(&r);
-    cache
-        .write()
-        .unwrap_or_else(|e| e.into_inner())
-        .push((key, r));
-    Ok(())
+
+    /// Runs `use_it` on the recorder for `key`, making (and caching) it on first use.
+    fn with(
+        &self,
+        key: K,
+        make: impl FnOnce() -> Result<R, crate::Error>,
+        use_it: impl FnOnce(&R),
+    ) -> Result<(), crate::Error> {
+        let mut first_free = None;
+        for (i, cell) in self.cells.iter().enumerate() {
+            match cell.get() {
+                Some((k, r)) if *k == key => {
+                    use_it(r);
+                    return Ok(());
+                }
+                Some(_) => {}
+                None => {
+                    first_free = Some(i);
+                    break;
+                }
+            }
+        }
+        let Some(first_free) = first_free else {
+            return self.with_overflow(key, make, use_it);
+        };
+        let mut entry = (key, make()?);
+        for cell in &self.cells[first_free..] {
+            match cell.set(entry) {
+                Ok(()) => {
+                    if let Some((_, r)) = cell.get() {
+                        use_it(r);
+                    }
+                    return Ok(());
+                }
+                // Taken meanwhile, perhaps by another thread with this very key.
+                Err(back) => {
+                    if let Some((k, r)) = cell.get()
+                        && *k == key
+                    {
+                        use_it(r);
+                        return Ok(());
+                    }
+                    entry = back;
+                }
+            }
+        }
+        let mut overflow = self.overflow.write().unwrap_or_else(|e| e.into_inner());
+        match overflow.iter().find(|(k, _)| *k == key) {
+            Some((_, r)) => use_it(r),
+            None => {
+                use_it(&entry.1);
+                overflow.push(entry);
+            }
+        }
+        Ok(())
+    }
+
+    /// The table is full: the locked list. The hit path holds a read lock.
+    #[cold]
+    fn with_overflow(
+        &self,
+        key: K,
+        make: impl FnOnce() -> Result<R, crate::Error>,
+        use_it: impl FnOnce(&R),
+    ) -> Result<(), crate::Error> {
+        {
+            let hit = self.overflow.read().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, r)) = hit.iter().find(|(k, _)| *k == key) {
+                use_it(r);
+                return Ok(());
+            }
+        }
+        let r = make()?;
+        let mut overflow = self.overflow.write().unwrap_or_else(|e| e.into_inner());
+        match overflow.iter().find(|(k, _)| *k == key) {
+            Some((_, cached)) => use_it(cached),
+            None => {
+                use_it(&r);
+                overflow.push((key, r));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(n: u32) -> impl FnOnce() -> Result<u32, crate::Error> {
+        move || Ok(n)
+    }
+
+    #[test]
+    fn recorders_are_made_once_per_key_past_the_table_too() {
+        let cache: Recorders<u32, u32> = Recorders::new();
+        let made = std::cell::Cell::new(0);
+        for round in 0..3 {
+            for key in 0..(LOCK_FREE_RECORDERS as u32 + 8) {
+                let mut seen = None;
+                cache
+                    .with(
+                        key,
+                        || {
+                            made.set(made.get() + 1);
+                            ok(key * 10)()
+                        },
+                        |r| seen = Some(*r),
+                    )
+                    .unwrap();
+                assert_eq!(seen, Some(key * 10), "round {round}, key {key}");
+            }
+        }
+        assert_eq!(made.get(), LOCK_FREE_RECORDERS + 8);
+    }
+
+    #[test]
+    fn a_failed_make_caches_nothing() {
+        let cache: Recorders<u32, u32> = Recorders::new();
+        let err = cache.with(1, || Err(crate::Error::NotAnEngineFamily("x")), |_| {});
+        assert!(err.is_err());
+        let mut seen = None;
+        cache.with(1, ok(7), |r| seen = Some(*r)).unwrap();
+        assert_eq!(seen, Some(7));
+    }
 }
