@@ -101,6 +101,8 @@ mod prom;
 mod span;
 mod state;
 #[cfg(feature = "sdk")]
+mod subscriber;
+#[cfg(feature = "sdk")]
 mod telemetry;
 mod tracker;
 

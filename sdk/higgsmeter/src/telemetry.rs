@@ -13,9 +13,6 @@ use opentelemetry_sdk::metrics::{
     MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality,
 };
 use opentelemetry_sdk::resource::EnvResourceDetector;
-use tracing_subscriber::Layer as _;
-use tracing_subscriber::filter::Targets;
-use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
 
 use higgsmeter_catalog::STATUS_INTERVAL_S;
@@ -219,7 +216,9 @@ impl TelemetryBuilder {
     }
 
     /// Whether the installed subscriber also prints log events to stderr, filtered by
-    /// `RUST_LOG` (default `warn`). Default true.
+    /// `RUST_LOG` (default `warn`). Default true. An event inside a state span that
+    /// `RUST_LOG` does not enable shows the span's name, without its fields, in its
+    /// context.
     pub fn with_log_to_stderr(mut self, log: bool) -> Self {
         self.log_to_stderr = log;
         self
@@ -365,22 +364,8 @@ fn install_subscriber(
     log_to_stderr: bool,
     meter: Option<&opentelemetry::metrics::Meter>,
 ) -> Result<bool, Error> {
-    let mut activity = ActivityLayer::new(tracker.clone());
-    if let Some(meter) = meter {
-        activity = activity.with_meter(meter);
-    }
-    let fmt_layer = log_to_stderr.then(|| {
-        let filter = std::env::var("RUST_LOG")
-            .ok()
-            .and_then(|v| v.parse::<Targets>().ok())
-            .unwrap_or_else(|| Targets::new().with_default(tracing::Level::WARN));
-        tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_filter(filter)
-    });
-    let subscriber = tracing_subscriber::registry()
-        .with(fmt_layer)
-        .with(activity);
+    let log = log_to_stderr.then(crate::subscriber::LogFilter::from_env);
+    let subscriber = crate::subscriber::subscriber(tracker, log, meter);
     tracing::subscriber::set_global_default(subscriber).map_err(|_| Error::SubscriberAlreadySet)?;
     Ok(true)
 }
@@ -830,8 +815,10 @@ impl Drop for Telemetry {
 /// Starts higgsmeter with settings from the environment: the resource (service name,
 /// instance id, host, rank), a meter provider exporting the activity families through
 /// OTLP (when `OTEL_EXPORTER_OTLP_ENDPOINT` is set) and a Prometheus endpoint (when
-/// `HIGGSMETER_PROMETHEUS_ADDR` is set), and a global `tracing` subscriber with the
-/// [`ActivityLayer`] for the process-wide tracker.
+/// `HIGGSMETER_PROMETHEUS_ADDR` is set), and a global `tracing` subscriber that
+/// accounts the process-wide tracker's state spans and records step and transfer spans
+/// (the two layers [`ActivityLayer`] composes, behind one filter of the whole stack
+/// rather than per-layer filters, which cost every span more).
 ///
 /// Works from a plain `fn main` and inside a tokio runtime: exporters run on a
 /// background thread of their own, never on the caller's. Keep the returned guard

@@ -1,6 +1,6 @@
 //! One worker's exclusive state timeline and its exact time accounting.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -33,9 +33,6 @@ struct Timeline {
     frames: Vec<Frame>,
     /// Clock reading when time was last committed.
     since: u64,
-    /// Operations given to state spans created with `state = Empty`, until they record
-    /// a state (rare: a short list, scanned).
-    pending: Vec<(u64, OpId)>,
     /// Committed nanoseconds, indexed by operation id, then by state.
     totals: Vec<[u64; 7]>,
     /// Which states each operation has been in (bit per state), so a series exists
@@ -81,6 +78,9 @@ struct Inner {
     origin: u64,
     /// Mirror of the current state's code, for lock-free readers (gauges, samplers).
     current_code: AtomicU8,
+    /// Mirror of the number of open scopes, so closing a span skips the lock while
+    /// none is open.
+    open_frames: AtomicUsize,
     timeline: Mutex<Timeline>,
     /// Warnings raised inside a subscriber callback, where `tracing` drops nested
     /// events; emitted at the next call from user code or an exporter.
@@ -129,7 +129,6 @@ impl Tracker {
         let mut timeline = Timeline {
             base,
             frames: Vec::with_capacity(16),
-            pending: Vec::new(),
             since: origin,
             totals: Vec::with_capacity(16),
             seen: Vec::with_capacity(16),
@@ -142,6 +141,7 @@ impl Tracker {
                 clock,
                 origin,
                 current_code: AtomicU8::new(AppState::Startup.code()),
+                open_frames: AtomicUsize::new(0),
                 timeline: Mutex::new(timeline),
                 has_warnings: AtomicBool::new(false),
                 warnings: Mutex::new(Vec::new()),
@@ -329,16 +329,6 @@ impl Tracker {
         }
     }
 
-    /// A span created with `state = Empty` gave an operation; remember it until it
-    /// records a state or closes.
-    pub(crate) fn pend_operation(&self, span: u64, op: OpId) {
-        let mut t = self.lock();
-        match t.pending.iter_mut().find(|(s, _)| *s == span) {
-            Some(entry) => entry.1 = op,
-            None => t.pending.push((span, op)),
-        }
-    }
-
     /// A state span opened.
     pub(crate) fn open(&self, span: u64, key: Key) {
         let mut t = self.lock();
@@ -349,38 +339,13 @@ impl Tracker {
         self.publish(&t);
     }
 
-    /// A state span recorded a new state and/or operation after its creation. A span
-    /// created with `state = Empty` opens here; `default_op` names it when no operation
-    /// was ever given.
-    pub(crate) fn record(
-        &self,
-        span: u64,
-        state: Option<AppState>,
-        op: Option<OpId>,
-        default_op: impl FnOnce() -> OpId,
-    ) {
+    /// An open state span recorded a new state and/or operation. Returns false, and
+    /// changes nothing, when `span` is not open in this tracker (e.g. created with
+    /// `state = Empty`: the layer then opens it).
+    pub(crate) fn update(&self, span: u64, state: Option<AppState>, op: Option<OpId>) -> bool {
         let mut t = self.lock();
         let Some(pos) = t.frames.iter().rposition(|f| f.span == span) else {
-            let pending = t.pending.iter().position(|(s, _)| *s == span);
-            let Some(state) = state else {
-                if let Some(op) = op {
-                    match pending {
-                        Some(i) => t.pending[i].1 = op,
-                        None => t.pending.push((span, op)),
-                    }
-                }
-                return;
-            };
-            let pending_op = pending.map(|i| t.pending.swap_remove(i).1);
-            let key = Key {
-                state,
-                op: op.or(pending_op).unwrap_or_else(default_op),
-            };
-            let now = self.inner.clock.now_nanos();
-            t.commit(now);
-            t.frames.push(Frame { span, key });
-            t.mark_seen(key);
-            return self.publish(&t);
+            return false;
         };
         if pos + 1 == t.frames.len() {
             let now = self.inner.clock.now_nanos();
@@ -394,17 +359,21 @@ impl Tracker {
         frame.key = key;
         t.mark_seen(key);
         self.publish(&t);
+        true
     }
 
     /// A state span closed. Closing a scope that is not the current one (out of order,
-    /// from another task) only forgets it: the current state does not change.
-    pub(crate) fn close(&self, span: u64) {
+    /// from another task) only forgets it: the current state does not change. Returns
+    /// whether `span` was open in this timeline.
+    pub(crate) fn close(&self, span: u64) -> bool {
+        // A span closing on any thread happens after its creation, so an open frame
+        // of its is counted here.
+        if self.inner.open_frames.load(Ordering::Acquire) == 0 {
+            return false;
+        }
         let mut t = self.lock();
         let Some(pos) = t.frames.iter().rposition(|f| f.span == span) else {
-            if !t.pending.is_empty() {
-                t.pending.retain(|(s, _)| *s != span);
-            }
-            return;
+            return false;
         };
         if pos + 1 == t.frames.len() {
             let now = self.inner.clock.now_nanos();
@@ -414,6 +383,7 @@ impl Tracker {
             t.frames.remove(pos);
         }
         self.publish(&t);
+        true
     }
 
     #[inline]
@@ -430,6 +400,9 @@ impl Tracker {
         self.inner
             .current_code
             .store(t.current().state.code(), Ordering::Relaxed);
+        self.inner
+            .open_frames
+            .store(t.frames.len(), Ordering::Release);
     }
 }
 

@@ -302,6 +302,33 @@ fn a_state_recorded_after_creation_opens_then() {
 }
 
 #[test]
+fn an_operation_recorded_before_the_state_names_the_scope() {
+    let (t, clock, d) = manual();
+    tracing::dispatcher::with_default(&d, || {
+        t.set_state(AppState::Idle, "");
+        let span = tracing::info_span!(
+            "batch",
+            state = tracing::field::Empty,
+            operation = tracing::field::Empty
+        );
+        span.record("operation", "named_later");
+        clock.advance(ms(1));
+        span.record("state", "io");
+        clock.advance(ms(2));
+        drop(span);
+        // A span that never records a state is never counted.
+        let never = tracing::info_span!("never", state = tracing::field::Empty, operation = "x");
+        clock.advance(ms(3));
+        drop(never);
+    });
+    let s = t.snapshot();
+    assert_eq!(at(&s, AppState::Idle, ""), ms(4));
+    assert_eq!(at(&s, AppState::Io, "named_later"), ms(2));
+    assert_eq!(s.get(AppState::Idle, "x"), None);
+    assert_exact(&s);
+}
+
+#[test]
 fn an_unknown_state_is_ignored_with_one_warning_per_callsite() {
     let clock = ManualClock::new();
     let t = Tracker::with_clock(clock.clone());
