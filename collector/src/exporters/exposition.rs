@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 
-use crate::aggregate::naming::{escape_help, format_u64, format_value};
+use super::format::{escape_help, format_u64, format_value};
 use crate::aggregate::rows::{FamilyKind, FamilyRows, Row, RowValue, Rows};
 use crate::aggregate::{Aggregator, View};
 

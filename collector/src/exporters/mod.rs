@@ -3,6 +3,7 @@
 pub(crate) mod cluster;
 pub(crate) mod cluster_json;
 pub(crate) mod exposition;
+mod format;
 pub(crate) mod otlp;
 pub(crate) mod otlp_request;
 pub(crate) mod prometheus;
