@@ -132,7 +132,9 @@ impl Encoder {
 
     /// The next chunk of about `size` bytes, or `None` when done.
     pub(crate) fn next_chunk(&mut self, size: usize) -> Option<Bytes> {
-        let mut out = String::with_capacity(size + size / 4);
+        // Below malloc's mmap threshold (128 KiB), so chunk buffers are reused, not
+        // mapped and faulted in afresh each time; a row is at most a few KiB.
+        let mut out = String::with_capacity(size + 16 * 1024);
         self.fill(&mut out, size);
         (!out.is_empty()).then(|| Bytes::from(out))
     }

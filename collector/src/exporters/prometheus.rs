@@ -62,8 +62,9 @@ fn exposition(aggregator: &Aggregator, view: View, headers: &HeaderMap) -> Respo
         .into_response()
 }
 
-/// How much text one chunk of a scrape's body holds.
-const CHUNK: usize = 256 * 1024;
+/// How much text one chunk of a scrape's body holds (small enough for the allocator to
+/// reuse its buffers).
+const CHUNK: usize = 64 * 1024;
 
 async fn fleet(State(aggregator): State<Arc<Aggregator>>, headers: HeaderMap) -> Response {
     exposition(&aggregator, View::Fleet, &headers)
