@@ -543,6 +543,7 @@ impl Store {
     /// cumulative point older than the series' last one (a retried or reordered export)
     /// changes nothing, nor does a delta point repeating the last; a cumulative point
     /// that started before the series' current start is refused as out of order.
+    /// `Some(first)` when admitted, `first` when it is the series' first point.
     #[allow(clippy::too_many_arguments)]
     fn admit(
         &mut self,
@@ -553,10 +554,8 @@ impl Store {
         time: u64,
         now: u64,
         out: &mut Outcome,
-    ) -> bool {
-        let Some(s) = self.series[id as usize].as_mut() else {
-            return false;
-        };
+    ) -> Option<bool> {
+        let s = self.series[id as usize].as_mut()?;
         s.last_seen = now;
         let stale = if delta {
             time != 0 && time == s.time && start == s.start
@@ -564,7 +563,7 @@ impl Store {
             time != 0 && s.time != 0 && time < s.time
         };
         if stale {
-            return false;
+            return None;
         }
         if !delta && start != 0 && s.start != 0 && start < s.start {
             let name = &self.metrics[metric as usize].otel_name;
@@ -574,24 +573,20 @@ impl Store {
                      earlier incarnation, or several processes sharing one resource (give each its own service.instance.id)"
                 )
             });
-            return false;
+            return None;
         }
-        true
+        Some(s.fresh)
     }
 
-    /// Whether the first point of series `id` is a baseline: a cumulative series, new
-    /// here, of a source first seen just now, that started before the state's origin.
-    /// What it counted before this collector (or its restored state) knew of it was
-    /// never part of the fleet; adding it now would show a jump.
-    fn is_baseline(&self, id: u32, delta: bool, start: u64, now: u64) -> bool {
-        let Some(s) = self.series[id as usize].as_ref() else {
-            return false;
-        };
-        s.fresh
-            && !delta
+    /// Whether the first point of a series of `source` is a baseline: a cumulative
+    /// series, new here, of a source first seen just now, that started before the
+    /// state's origin. What it counted before this collector (or its restored state)
+    /// knew of it was never part of the fleet; adding it now would show a jump.
+    fn is_baseline(&self, source: u32, delta: bool, start: u64, now: u64) -> bool {
+        !delta
             && start != 0
             && start < self.baseline_before
-            && self.sources[s.source as usize]
+            && self.sources[source as usize]
                 .as_ref()
                 .is_some_and(|src| now <= src.baseline_until)
     }
@@ -642,10 +637,10 @@ impl Store {
             }
         };
         let (start, time) = (p.start, p.time);
-        if !self.admit(id, metric, delta, start, time, now, out) {
+        let Some(first) = self.admit(id, metric, delta, start, time, now, out) else {
             return;
-        }
-        let baseline = self.is_baseline(id, delta, start, now);
+        };
+        let baseline = first && self.is_baseline(source, delta, start, now);
         let Some(s) = self.series[id as usize].as_mut() else {
             return;
         };
@@ -758,10 +753,10 @@ impl Store {
             return;
         }
         let (start, time) = (p.start, p.time);
-        if !self.admit(id, metric, delta, start, time, now, out) {
+        let Some(first) = self.admit(id, metric, delta, start, time, now, out) else {
             return;
-        }
-        let baseline = self.is_baseline(id, delta, start, now);
+        };
+        let baseline = first && self.is_baseline(source, delta, start, now);
         let Some(s) = self.series[id as usize].as_mut() else {
             return;
         };
