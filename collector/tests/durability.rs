@@ -43,14 +43,7 @@ impl Proc {
     fn start(program: &str, args: &[&str]) -> Proc {
         let mut child = Command::new(program)
             .args(args)
-            .args([
-                "--grpc",
-                "127.0.0.1:0",
-                "--http",
-                "127.0.0.1:0",
-                "--prometheus",
-                "127.0.0.1:0",
-            ])
+            .args(EPHEMERAL_PORTS)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -37,6 +37,16 @@ pub(crate) fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// Every listener of the collector on a port the system picks.
+pub(crate) const EPHEMERAL_PORTS: [&str; 6] = [
+    "--grpc",
+    "127.0.0.1:0",
+    "--http",
+    "127.0.0.1:0",
+    "--prometheus",
+    "127.0.0.1:0",
+];
+
 /// A running `higgsmeter-collector` process; killed on drop.
 pub(crate) struct CollectorProcess {
     pub(crate) child: Child,
@@ -50,14 +60,7 @@ impl CollectorProcess {
     /// Starts the collector on ephemeral ports with an optional YAML config and extra flags.
     pub(crate) fn start(config_yaml: Option<&str>, extra: &[&str]) -> CollectorProcess {
         let mut cmd = Command::new(collector_bin());
-        cmd.args([
-            "--grpc",
-            "127.0.0.1:0",
-            "--http",
-            "127.0.0.1:0",
-            "--prometheus",
-            "127.0.0.1:0",
-        ]);
+        cmd.args(EPHEMERAL_PORTS);
         if let Some(yaml) = config_yaml {
             let path = temp_dir("config").join("collector.yaml");
             std::fs::write(&path, yaml).expect("write config");
