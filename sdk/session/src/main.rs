@@ -30,7 +30,7 @@ struct Cli {
 enum Command {
     /// Sample the session until SIGTERM/SIGINT: OTLP from the OTEL_* variables, and a
     /// JSON push to --push-url (one more on SIGTERM).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Apply a JSON Lines file of samples to fresh counters and print them as one JSON
     /// object.
     Replay(ReplayArgs),
@@ -126,7 +126,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Replay(args) => run_replay(&args),
     };
     match result {
