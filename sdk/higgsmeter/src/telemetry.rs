@@ -808,6 +808,14 @@ impl Telemetry {
         }
     }
 
+    /// The NVML GPU meter `init()` started, if it did: its
+    /// [`readings`](higgsmeter_nvml::NvmlMeter::readings) feed other in-process consumers
+    /// (the lab session agent) without opening NVML a second time.
+    #[cfg(feature = "nvml")]
+    pub fn gpu_meter(&self) -> Option<&higgsmeter_nvml::NvmlMeter> {
+        self.gpu.as_ref()
+    }
+
     /// Where the Prometheus endpoint listens, if it is on (the bound address: useful
     /// with port 0).
     pub fn prometheus_addr(&self) -> Option<SocketAddr> {
