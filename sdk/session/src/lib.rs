@@ -63,9 +63,8 @@
 //! | `training_final_loss` | `session.training.loss` |
 //!
 //! The families are in `higgsmeter-catalog` (`SESSION_FAMILIES`). The gauges describe
-//! one session and do not sum: in the collector's fleet view give them
-//! `processors.higgsmeter.gauges: [{match: "session.*", aggregation: per_source}]`, or
-//! read them from `/metrics/sources`. The JSON's GPU fields
+//! one session and do not sum: the collector keeps them per source in its fleet view
+//! (a built-in rule, as for the GPU gauges). The JSON's GPU fields
 //! follow the seed exactly (each sample's interval, busiest GPU, memory summed over
 //! GPUs, MiB); the NVML meter's per-GPU counters use measured intervals and bytes.
 //!

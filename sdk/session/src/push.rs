@@ -63,7 +63,7 @@ impl PusherBuilder {
     ///
     /// # Errors
     ///
-    /// When the URL is not an absolute `http://` URL, a header is not a valid HTTP
+    /// When the URL is not an absolute `http://` or `https://` URL, a header is not a valid HTTP
     /// header, a duration is 0, or the thread or its HTTP client cannot start.
     pub fn start<F>(self, counters: F) -> Result<Pusher, Error>
     where
@@ -73,11 +73,11 @@ impl PusherBuilder {
             url: self.url.clone(),
             reason: e.to_string(),
         })?;
-        if url.scheme() != "http" {
+        if url.scheme() != "http" && url.scheme() != "https" {
             return Err(Error::InvalidUrl {
                 url: self.url,
-                reason: "only http:// is supported (this build has no TLS); \
-                         reach an https allocator through a local TLS proxy"
+                reason: "write an http:// or https:// URL (https: verified against the \
+                         system's CA certificates)"
                     .to_owned(),
             });
         }
