@@ -277,6 +277,10 @@ pub struct OtlpExporter {
     /// Headers sent with every push, e.g. `authorization: "Bearer ..."`.
     #[serde(default)]
     pub headers: Headers,
+    /// `otlphttp` only: where traces go (default: `endpoint` with `/v1/traces`, or the
+    /// endpoint as written when it has a path other than `/v1/metrics`).
+    #[serde(default)]
+    pub traces_endpoint: Option<String>,
     /// How often the aggregate is pushed (default 10 s).
     #[serde(default = "default_export_interval", with = "duration_serde")]
     pub interval: Duration,
@@ -336,11 +340,18 @@ pub struct SendingQueue {
     /// Pending pushes held while the upstream is down or slow (default 8); when full the
     /// oldest is dropped and its points counted.
     pub queue_size: usize,
+    /// Traces pipeline: MiB of spans held for this exporter while the upstream is down
+    /// or slow (default 64); when full, senders are told to retry (`UNAVAILABLE` /
+    /// 503), so nothing is dropped here.
+    pub traces_queue_mib: u64,
 }
 
 impl Default for SendingQueue {
     fn default() -> Self {
-        SendingQueue { queue_size: 8 }
+        SendingQueue {
+            queue_size: 8,
+            traces_queue_mib: 64,
+        }
     }
 }
 
@@ -404,6 +415,10 @@ pub struct Pipelines {
     /// `service.pipelines.metrics`; missing: every configured component.
     #[serde(default)]
     pub metrics: Option<Pipeline>,
+    /// `service.pipelines.traces`: OTLP traces in, forwarded unchanged to `otlp` /
+    /// `otlphttp`; missing: traces are refused (`UNIMPLEMENTED` / 501).
+    #[serde(default)]
+    pub traces: Option<Pipeline>,
 }
 
 /// `service.pipelines.metrics`.
@@ -469,6 +484,8 @@ pub struct Plan {
     pub shutdown_timeout: Duration,
     /// TLS and authentication of the listeners.
     pub security: Security,
+    /// The traces pipeline's exporters (empty: traces are refused).
+    pub traces: Vec<(PushProtocol, OtlpExporter)>,
 }
 
 /// TLS and authentication of the listeners, checked by [`Config::plan`]: the files
@@ -667,6 +684,7 @@ impl Config {
                         endpoint: ep.clone(),
                         tls: None,
                         headers: Headers::default(),
+                        traces_endpoint: None,
                         interval: default_export_interval(),
                         timeout: default_timeout(),
                         compression: Compression::default(),
@@ -753,6 +771,7 @@ impl Config {
             limits: ReceiverLimits::default(),
             shutdown_timeout: self.service.shutdown_timeout,
             security: Security::default(),
+            traces: Vec::new(),
         };
         if let Some(list) = &self.service.extensions {
             for (i, name) in list.iter().enumerate() {
@@ -959,7 +978,71 @@ impl Config {
                 "no receiver: nothing could send data",
             ));
         }
+        if let Some(traces) = &self.service.pipelines.traces {
+            plan.traces = self.traces_plan(traces)?;
+        }
         Ok(plan)
+    }
+
+    /// The traces pipeline: `otlp` in (the metrics receivers' listeners), `batch` the
+    /// only processor (batching is always on), `otlp` / `otlphttp` out.
+    fn traces_plan(&self, p: &Pipeline) -> Result<Vec<(PushProtocol, OtlpExporter)>, Error> {
+        let path = "service.pipelines.traces";
+        if p.receivers.is_empty() || p.exporters.is_empty() {
+            return Err(config_error(
+                path,
+                "list `receivers: [otlp]` and at least one exporter (`otlp`, `otlphttp`)",
+            ));
+        }
+        for (i, name) in p.receivers.iter().enumerate() {
+            if name != "otlp" || self.receivers.otlp.is_none() {
+                return Err(config_error(
+                    format!("{path}.receivers[{i}]"),
+                    format!("receiver `{name}`: traces come in on the configured `otlp` receiver"),
+                ));
+            }
+        }
+        for (i, name) in p.processors.iter().enumerate() {
+            if name != "batch" {
+                return Err(config_error(
+                    format!("{path}.processors[{i}]"),
+                    format!("unknown traces processor `{name}`: only `batch` (always on)"),
+                ));
+            }
+        }
+        let mut out = Vec::new();
+        for (i, name) in p.exporters.iter().enumerate() {
+            let epath = format!("{path}.exporters[{i}]");
+            let (e, proto) = match name.as_str() {
+                "otlp" => (&self.exporters.otlp, PushProtocol::Grpc),
+                "otlphttp" => (&self.exporters.otlphttp, PushProtocol::Http),
+                other => {
+                    return Err(config_error(
+                        epath,
+                        format!("unknown traces exporter `{other}`: `otlp` or `otlphttp`"),
+                    ));
+                }
+            };
+            let Some(e) = e else {
+                return Err(config_error(
+                    epath,
+                    format!("exporter `{name}` is not configured under `exporters`"),
+                ));
+            };
+            check_url(&format!("exporters.{name}.endpoint"), &e.endpoint)?;
+            if let Some(t) = &e.traces_endpoint {
+                check_url(&format!("exporters.{name}.traces_endpoint"), t)?;
+            }
+            check_exporter_security(name, e)?;
+            if e.sending_queue.traces_queue_mib == 0 || e.timeout.is_zero() {
+                return Err(config_error(
+                    format!("exporters.{name}.sending_queue.traces_queue_mib"),
+                    "traces_queue_mib and timeout must be more than 0",
+                ));
+            }
+            out.push((proto, e.clone()));
+        }
+        Ok(out)
     }
 
     /// Checks a listener's `tls` (files, key match, dates).

@@ -30,8 +30,10 @@
 //! # What it does
 //!
 //! - **Receivers**: OTLP/gRPC (default `127.0.0.1:4317`, gzip accepted) and OTLP/HTTP
-//!   (`127.0.0.1:4318`, `POST /v1/metrics`, protobuf or JSON, gzip). Traces and logs are
-//!   refused as not supported (gRPC `UNIMPLEMENTED`, HTTP 501).
+//!   (`127.0.0.1:4318`, `POST /v1/metrics`, protobuf or JSON, gzip). With
+//!   `service.pipelines.traces`, OTLP traces too, forwarded unchanged (batched, bounded,
+//!   retried) to the `otlp` / `otlphttp` exporters; otherwise traces, and logs always,
+//!   are refused as not supported (gRPC `UNIMPLEMENTED`, HTTP 501).
 //! - **Aggregation**: sources are OTLP resources. `/metrics` is the fleet view:
 //!   counters and histograms summed over the source identity (`rank`,
 //!   `service.instance.id`, `host.name`, `local_rank` by default), reset-safe and
@@ -147,6 +149,7 @@ pub struct RunningCollector {
     others: Vec<JoinHandle<()>>,
     checkpointer: Option<Arc<Checkpointer>>,
     shutdown_timeout: Duration,
+    stats: Arc<SelfMetrics>,
 }
 
 /// Writes the aggregation state to the storage directory.
@@ -291,6 +294,17 @@ impl Collector {
         };
         let grpc_auth = auth(&sec.grpc_auth)?;
         let http_auth = auth(&sec.http_auth)?;
+        // The traces pipeline's exporters stop after the receivers, as the others do.
+        let (traces, trace_exporters) = if plan.traces.is_empty() {
+            (None, Vec::new())
+        } else {
+            let (forwarder, tasks) = exporters::traces::start(
+                plan.traces.clone(),
+                stats.clone(),
+                stop_exporting.clone(),
+            );
+            (Some(forwarder), tasks)
+        };
         let grpc = match plan.grpc {
             Some((addr, max)) => Some((bind("OTLP/gRPC receiver", addr).await?, max)),
             None => None,
@@ -322,6 +336,7 @@ impl Collector {
                 plan.limits,
                 grpc_tls,
                 grpc_auth,
+                traces.clone(),
                 aggregator.clone(),
                 stats.clone(),
                 stop_receiving.clone(),
@@ -334,12 +349,13 @@ impl Collector {
                 plan.limits,
                 http_tls,
                 http_auth,
+                traces.clone(),
                 aggregator.clone(),
                 stats.clone(),
                 stop_receiving.clone(),
             )));
         }
-        let mut exporters = Vec::new();
+        let mut exporters = trace_exporters;
         if let Some((listener, sources)) = prometheus {
             exporters.push(tokio::spawn(exporters::prometheus::serve(
                 listener,
@@ -401,6 +417,7 @@ impl Collector {
             others,
             checkpointer,
             shutdown_timeout: plan.shutdown_timeout,
+            stats,
         })
     }
 }
@@ -435,6 +452,7 @@ impl RunningCollector {
         self.aggregator.close();
         self.stop_exporting.cancel();
         clean &= join_until(self.exporters, started + timeout.mul_f64(0.8), "exporter").await;
+        exporters::traces::count_unsent(&self.stats);
         if let Some(checkpointer) = self.checkpointer {
             let write = tokio::task::spawn_blocking(move || checkpointer.write());
             let left = timeout.saturating_sub(started.elapsed());

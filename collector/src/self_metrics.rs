@@ -34,11 +34,12 @@ pub(crate) enum RequestRefusal {
     TooLarge,
     UnsupportedSignal,
     Unauthenticated,
+    QueueFull,
     Other,
 }
 
 impl RequestRefusal {
-    pub(crate) const COUNT: usize = 7;
+    pub(crate) const COUNT: usize = 8;
     pub(crate) const ALL: [RequestRefusal; RequestRefusal::COUNT] = [
         RequestRefusal::Malformed,
         RequestRefusal::ContentType,
@@ -46,6 +47,7 @@ impl RequestRefusal {
         RequestRefusal::TooLarge,
         RequestRefusal::UnsupportedSignal,
         RequestRefusal::Unauthenticated,
+        RequestRefusal::QueueFull,
         RequestRefusal::Other,
     ];
 
@@ -57,7 +59,30 @@ impl RequestRefusal {
             RequestRefusal::TooLarge => "too_large",
             RequestRefusal::UnsupportedSignal => "unsupported_signal",
             RequestRefusal::Unauthenticated => "unauthenticated",
+            RequestRefusal::QueueFull => "queue_full",
             RequestRefusal::Other => "other",
+        }
+    }
+}
+
+/// What became of forwarded spans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SpanOutcome {
+    Ok,
+    Rejected,
+    Dropped,
+}
+
+impl SpanOutcome {
+    pub(crate) const ALL: [SpanOutcome; 3] =
+        [SpanOutcome::Ok, SpanOutcome::Rejected, SpanOutcome::Dropped];
+
+    /// The `outcome` label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            SpanOutcome::Ok => "ok",
+            SpanOutcome::Rejected => "rejected",
+            SpanOutcome::Dropped => "dropped",
         }
     }
 }
@@ -118,6 +143,13 @@ pub(crate) struct SelfMetrics {
     pub(crate) connections_refused: [AtomicU64; 2],
     /// Failed TLS handshakes, per [`Listener`].
     pub(crate) tls_handshakes_failed: [AtomicU64; 3],
+    /// Spans received by the traces pipeline, per transport.
+    pub(crate) spans_received: [AtomicU64; 2],
+    /// Spans forwarded, per exporter and [`SpanOutcome`].
+    pub(crate) spans_exported: [[AtomicU64; 3]; 2],
+    /// Spans taken but not yet sent, per exporter (counted as dropped if shutdown ends
+    /// first).
+    pub(crate) spans_queued: [AtomicU64; 2],
 }
 
 impl SelfMetrics {

@@ -8,3 +8,4 @@ mod format;
 pub(crate) mod otlp;
 pub(crate) mod otlp_request;
 pub(crate) mod prometheus;
+pub(crate) mod traces;

@@ -39,7 +39,7 @@ enum Sender {
 }
 
 /// The exporter's connector: TLS when its endpoint is `https://`.
-fn connector(protocol: PushProtocol, cfg: &OtlpExporter) -> Result<Connector, String> {
+pub(crate) fn connector(protocol: PushProtocol, cfg: &OtlpExporter) -> Result<Connector, String> {
     if !cfg.endpoint.starts_with("https://") {
         return Ok(Connector::new(cfg.timeout, None));
     }
@@ -60,36 +60,55 @@ fn connector(protocol: PushProtocol, cfg: &OtlpExporter) -> Result<Connector, St
     Ok(Connector::new(cfg.timeout, Some((config, server_name))))
 }
 
+/// The gRPC endpoint of an exporter (its own URI plaintext: TLS is the connector's)
+/// and the headers as gRPC metadata.
+pub(crate) fn grpc_endpoint(
+    cfg: &OtlpExporter,
+) -> Result<(Endpoint, tonic::metadata::MetadataMap), String> {
+    let origin = cfg
+        .endpoint
+        .parse::<http::Uri>()
+        .map_err(|e| format!("bad endpoint {}: {e}", cfg.endpoint))?;
+    let authority = origin.authority().map(|a| a.as_str()).unwrap_or_default();
+    let endpoint = Endpoint::from_shared(format!("http://{authority}"))
+        .map_err(|e| format!("bad endpoint {}: {e}", cfg.endpoint))?
+        .origin(origin)
+        .connect_timeout(cfg.timeout)
+        .timeout(cfg.timeout);
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    for (k, v) in &cfg.headers.0 {
+        let key = tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+            .map_err(|e| format!("header `{k}`: {e}"))?;
+        let value = v
+            .parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>()
+            .map_err(|e| format!("header `{k}`: {e}"))?;
+        metadata.insert(key, value);
+    }
+    Ok((endpoint, metadata))
+}
+
+/// The exporter's headers, for HTTP.
+pub(crate) fn header_map(cfg: &OtlpExporter) -> Result<http::HeaderMap, String> {
+    let mut headers = http::HeaderMap::new();
+    for (k, v) in &cfg.headers.0 {
+        let name =
+            http::HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?;
+        let value = http::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
+        headers.insert(name, value);
+    }
+    Ok(headers)
+}
+
 impl Sender {
     fn new(protocol: PushProtocol, cfg: &OtlpExporter) -> Result<Sender, String> {
         let connector = connector(protocol, cfg)?;
         match protocol {
             PushProtocol::Grpc => {
-                let origin = cfg
-                    .endpoint
-                    .parse::<http::Uri>()
-                    .map_err(|e| format!("bad endpoint {}: {e}", cfg.endpoint))?;
-                // The channel's own URI is plaintext: TLS is the connector's.
-                let authority = origin.authority().map(|a| a.as_str()).unwrap_or_default();
-                let endpoint = Endpoint::from_shared(format!("http://{authority}"))
-                    .map_err(|e| format!("bad endpoint {}: {e}", cfg.endpoint))?
-                    .origin(origin)
-                    .connect_timeout(cfg.timeout)
-                    .timeout(cfg.timeout);
+                let (endpoint, metadata) = grpc_endpoint(cfg)?;
                 let mut client =
                     MetricsServiceClient::new(endpoint.connect_with_connector_lazy(connector));
                 if cfg.compression == Compression::Gzip {
                     client = client.send_compressed(CompressionEncoding::Gzip);
-                }
-                let mut metadata = tonic::metadata::MetadataMap::new();
-                for (k, v) in &cfg.headers.0 {
-                    let key =
-                        tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
-                            .map_err(|e| format!("header `{k}`: {e}"))?;
-                    let value = v
-                        .parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>()
-                        .map_err(|e| format!("header `{k}`: {e}"))?;
-                    metadata.insert(key, value);
                 }
                 Ok(Sender::Grpc {
                     client: client.accept_compressed(CompressionEncoding::Gzip),
@@ -108,19 +127,11 @@ impl Sender {
                     .parse::<http::Uri>()
                     .map_err(|e| format!("bad endpoint {url}: {e}"))?;
                 let client = Client::builder(TokioExecutor::new()).build(connector);
-                let mut headers = http::HeaderMap::new();
-                for (k, v) in &cfg.headers.0 {
-                    let name = http::HeaderName::from_bytes(k.as_bytes())
-                        .map_err(|e| format!("header `{k}`: {e}"))?;
-                    let value =
-                        http::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
-                    headers.insert(name, value);
-                }
                 Ok(Sender::Http {
                     client: Box::new(client),
                     url,
                     gzip: cfg.compression == Compression::Gzip,
-                    headers,
+                    headers: header_map(cfg)?,
                 })
             }
         }

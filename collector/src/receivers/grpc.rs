@@ -11,13 +11,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use prost::Message as _;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::{CompressionEncoding, EnabledCompressionEncodings};
@@ -28,6 +22,7 @@ use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, response};
 use crate::aggregate::Aggregator;
 use crate::auth::BearerAuth;
 use crate::config::ReceiverLimits;
+use crate::exporters::traces::{Refused, TraceForwarder, count_spans};
 use crate::net::LimitedListener;
 use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
 use crate::tls::TlsListener;
@@ -41,26 +36,32 @@ struct Metrics {
     max_message: usize,
 }
 
-/// Passes request bytes through; encodes responses with prost.
-struct BytesCodec;
-struct ResponseEncoder;
+/// Passes request bytes through; encodes responses (`R`) with prost.
+struct BytesCodec<R>(std::marker::PhantomData<R>);
+struct ResponseEncoder<R>(std::marker::PhantomData<R>);
 struct BytesDecoder;
 
-impl tonic::codec::Codec for BytesCodec {
-    type Encode = ExportMetricsServiceResponse;
+impl<R> BytesCodec<R> {
+    fn new() -> Self {
+        BytesCodec(std::marker::PhantomData)
+    }
+}
+
+impl<R: prost::Message + Send + 'static> tonic::codec::Codec for BytesCodec<R> {
+    type Encode = R;
     type Decode = Bytes;
-    type Encoder = ResponseEncoder;
+    type Encoder = ResponseEncoder<R>;
     type Decoder = BytesDecoder;
-    fn encoder(&mut self) -> ResponseEncoder {
-        ResponseEncoder
+    fn encoder(&mut self) -> ResponseEncoder<R> {
+        ResponseEncoder(std::marker::PhantomData)
     }
     fn decoder(&mut self) -> BytesDecoder {
         BytesDecoder
     }
 }
 
-impl tonic::codec::Encoder for ResponseEncoder {
-    type Item = ExportMetricsServiceResponse;
+impl<R: prost::Message> tonic::codec::Encoder for ResponseEncoder<R> {
+    type Item = R;
     type Error = Status;
     fn encode(
         &mut self,
@@ -140,9 +141,10 @@ where
             accept.enable(CompressionEncoding::Gzip);
             let mut send = EnabledCompressionEncodings::default();
             send.enable(CompressionEncoding::Gzip);
-            let mut grpc = tonic::server::Grpc::new(BytesCodec)
-                .apply_compression_config(accept, send)
-                .apply_max_message_size_config(Some(max), None);
+            let mut grpc =
+                tonic::server::Grpc::new(BytesCodec::<ExportMetricsServiceResponse>::new())
+                    .apply_compression_config(accept, send)
+                    .apply_max_message_size_config(Some(max), None);
             Ok(grpc.unary(Export(aggregator), req).await)
         })
     }
@@ -188,17 +190,86 @@ where
     }
 }
 
-struct Refuse;
+/// The trace service: with a traces pipeline, requests are checked, counted and
+/// queued for the exporters unchanged; without one, refused as today.
+#[derive(Clone)]
+struct Traces {
+    forwarder: Option<Arc<TraceForwarder>>,
+    aggregator: Arc<Aggregator>,
+    max_message: usize,
+}
 
-#[tonic::async_trait]
-impl TraceService for Refuse {
-    async fn export(
-        &self,
-        _: Request<ExportTraceServiceRequest>,
-    ) -> Result<Response<ExportTraceServiceResponse>, Status> {
-        Err(Status::unimplemented(SIGNAL_NOT_SUPPORTED))
+struct ExportTraces(Option<Arc<TraceForwarder>>, Arc<Aggregator>);
+
+impl tonic::server::UnaryService<Bytes> for ExportTraces {
+    type Response = ExportTraceServiceResponse;
+    type Future = BoxFuture<Response<Self::Response>, Status>;
+    fn call(&mut self, request: Request<Bytes>) -> Self::Future {
+        let forwarder = self.0.clone();
+        let accepting = self.1.accepting();
+        Box::pin(async move {
+            let Some(forwarder) = forwarder else {
+                return Err(Status::unimplemented(SIGNAL_NOT_SUPPORTED));
+            };
+            if !accepting {
+                return Err(Status::unavailable(SHUTTING_DOWN));
+            }
+            let bytes = request.into_inner();
+            let spans = count_spans(&bytes).map_err(|e| Status::invalid_argument(e.to_string()))?;
+            forwarder.received(Transport::Grpc, spans);
+            match forwarder.submit(bytes, spans) {
+                Ok(()) => Ok(Response::new(ExportTraceServiceResponse::default())),
+                Err(Refused::Full(exporter)) => {
+                    Err(Status::unavailable(super::queue_full(exporter)))
+                }
+                Err(Refused::Closed) => Err(Status::unavailable(SHUTTING_DOWN)),
+            }
+        })
     }
 }
+
+const TRACE_EXPORT_PATH: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+
+impl<B> Service<http::Request<B>> for Traces
+where
+    B: HttpBody + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() != TRACE_EXPORT_PATH {
+            return Box::pin(
+                async move { Ok(Status::unimplemented("unknown method").into_http()) },
+            );
+        }
+        let export = ExportTraces(self.forwarder.clone(), self.aggregator.clone());
+        let max = self.max_message;
+        Box::pin(async move {
+            let mut accept = EnabledCompressionEncodings::default();
+            accept.enable(CompressionEncoding::Gzip);
+            let mut send = EnabledCompressionEncodings::default();
+            send.enable(CompressionEncoding::Gzip);
+            let mut grpc =
+                tonic::server::Grpc::new(BytesCodec::<ExportTraceServiceResponse>::new())
+                    .apply_compression_config(accept, send)
+                    .apply_max_message_size_config(Some(max), None);
+            Ok(grpc.unary(export, req).await)
+        })
+    }
+}
+
+impl tonic::server::NamedService for Traces {
+    const NAME: &'static str = "opentelemetry.proto.collector.trace.v1.TraceService";
+}
+
+struct Refuse;
 
 #[tonic::async_trait]
 impl LogsService for Refuse {
@@ -243,6 +314,7 @@ fn account(
         }
         tonic::Code::ResourceExhausted | tonic::Code::OutOfRange => RequestRefusal::TooLarge,
         tonic::Code::Unauthenticated => RequestRefusal::Unauthenticated,
+        tonic::Code::Unavailable if message.contains("traces queue") => RequestRefusal::QueueFull,
         tonic::Code::Unimplemented if message.contains("metrics only") => {
             RequestRefusal::UnsupportedSignal
         }
@@ -289,15 +361,20 @@ pub(crate) async fn serve(
     limits: ReceiverLimits,
     tls: Option<Arc<TlsListener>>,
     auth: Option<Arc<BearerAuth>>,
+    traces_forwarder: Option<Arc<TraceForwarder>>,
     aggregator: Arc<Aggregator>,
     stats: Arc<SelfMetrics>,
     cancel: CancellationToken,
 ) {
+    let traces = Traces {
+        forwarder: traces_forwarder,
+        aggregator: aggregator.clone(),
+        max_message,
+    };
     let metrics = Metrics {
         aggregator,
         max_message,
     };
-    let traces = TraceServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
     let logs = LogsServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
     let listener = LimitedListener::new(
         listener,

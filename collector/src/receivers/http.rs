@@ -21,9 +21,13 @@ use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, response};
 use crate::aggregate::Aggregator;
 use crate::auth::BearerAuth;
 use crate::config::ReceiverLimits;
+use crate::exporters::traces::{Refused, TraceForwarder, count_spans};
 use crate::net::{LimitedListener, serve_http1};
 use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
 use crate::tls::TlsListener;
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 
 /// `google.rpc.Status`, the body of OTLP/HTTP error responses.
 #[derive(Clone, PartialEq, prost::Message, serde::Serialize)]
@@ -56,6 +60,7 @@ struct AppState {
     max_body: usize,
     read_timeout: std::time::Duration,
     auth: Option<Arc<BearerAuth>>,
+    traces: Option<Arc<TraceForwarder>>,
 }
 
 fn encode<M: prost::Message + serde::Serialize>(
@@ -123,28 +128,34 @@ fn request_encoding(headers: &HeaderMap) -> Result<Encoding, String> {
     }
 }
 
-async fn metrics(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+/// Counts the request, checks its content type, reads and decompresses its body
+/// (bounded in size and time); an error is the response to send.
+async fn read_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Encoding, Bytes), Response> {
     state.stats.request(Transport::Http);
-    let encoding = match request_encoding(&headers) {
+    let encoding = match request_encoding(headers) {
         Ok(e) => e,
         Err(message) => {
-            return refuse(
-                &state,
+            return Err(refuse(
+                state,
                 Encoding::Protobuf,
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 RequestRefusal::ContentType,
                 message,
-            );
+            ));
         }
     };
     if !state.aggregator.accepting() {
-        return refuse(
-            &state,
+        return Err(refuse(
+            state,
             encoding,
             StatusCode::SERVICE_UNAVAILABLE,
             RequestRefusal::Other,
             SHUTTING_DOWN.to_owned(),
-        );
+        ));
     }
     let max = state.max_body;
     let read = tokio::time::timeout(state.read_timeout, Limited::new(body, max).collect());
@@ -153,13 +164,13 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap, body: Body) 
             "the request body did not arrive within {:?} (receivers.otlp.protocols.http.read_timeout)",
             state.read_timeout
         );
-        return refuse(
-            &state,
+        return Err(refuse(
+            state,
             encoding,
             StatusCode::REQUEST_TIMEOUT,
             RequestRefusal::Other,
             message,
-        );
+        ));
     };
     let raw: Bytes = match read {
         Ok(collected) => collected.to_bytes(),
@@ -167,22 +178,22 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap, body: Body) 
             let message = format!(
                 "request body is over the {max}-byte limit (receivers.otlp.protocols.http.max_request_body_size)"
             );
-            return refuse(
-                &state,
+            return Err(refuse(
+                state,
                 encoding,
                 StatusCode::PAYLOAD_TOO_LARGE,
                 RequestRefusal::TooLarge,
                 message,
-            );
+            ));
         }
         Err(e) => {
-            return refuse(
-                &state,
+            return Err(refuse(
+                state,
                 encoding,
                 StatusCode::BAD_REQUEST,
                 RequestRefusal::Other,
                 format!("cannot read the request body: {e}"),
-            );
+            ));
         }
     };
     let content_encoding = headers
@@ -201,37 +212,45 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap, body: Body) 
                     let message = format!(
                         "decompressed body is over the {max}-byte limit (receivers.otlp.protocols.http.max_request_body_size)"
                     );
-                    return refuse(
-                        &state,
+                    return Err(refuse(
+                        state,
                         encoding,
                         StatusCode::PAYLOAD_TOO_LARGE,
                         RequestRefusal::TooLarge,
                         message,
-                    );
+                    ));
                 }
                 Ok(_) => Bytes::from(out),
                 Err(e) => {
                     let message = format!("gzip body is truncated or corrupt: {e}");
-                    return refuse(
-                        &state,
+                    return Err(refuse(
+                        state,
                         encoding,
                         StatusCode::BAD_REQUEST,
                         RequestRefusal::Decompress,
                         message,
-                    );
+                    ));
                 }
             }
         }
         other => {
             let message = format!("unsupported Content-Encoding `{other}`: send gzip or identity");
-            return refuse(
-                &state,
+            return Err(refuse(
+                state,
                 encoding,
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 RequestRefusal::Decompress,
                 message,
-            );
+            ));
         }
+    };
+    Ok((encoding, bytes))
+}
+
+async fn metrics(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let (encoding, bytes) = match read_body(&state, &headers, body).await {
+        Ok(read) => read,
+        Err(response) => return response,
     };
     let result = match encoding {
         Encoding::Protobuf => state
@@ -250,6 +269,73 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap, body: Body) 
             StatusCode::BAD_REQUEST,
             RequestRefusal::Malformed,
             message,
+        ),
+    }
+}
+
+/// `POST /v1/traces` with a traces pipeline: checked, counted and queued for every
+/// traces exporter, unchanged (JSON is re-encoded as protobuf).
+async fn traces(State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let Some(forwarder) = state.traces.clone() else {
+        return unsupported(State(state), headers).await;
+    };
+    let (encoding, bytes) = match read_body(&state, &headers, body).await {
+        Ok(read) => read,
+        Err(response) => return response,
+    };
+    let bytes = match encoding {
+        Encoding::Protobuf => bytes,
+        Encoding::Json => match serde_json::from_slice::<ExportTraceServiceRequest>(&bytes) {
+            Ok(request) => Bytes::from(prost::Message::encode_to_vec(&request)),
+            Err(e) => {
+                return refuse(
+                    &state,
+                    encoding,
+                    StatusCode::BAD_REQUEST,
+                    RequestRefusal::Malformed,
+                    format!("body is not OTLP/JSON ExportTraceServiceRequest: {e}"),
+                );
+            }
+        },
+    };
+    let spans = match count_spans(&bytes) {
+        Ok(n) => n,
+        Err(e) => {
+            return refuse(
+                &state,
+                encoding,
+                StatusCode::BAD_REQUEST,
+                RequestRefusal::Malformed,
+                e.to_string(),
+            );
+        }
+    };
+    forwarder.received(Transport::Http, spans);
+    match forwarder.submit(bytes, spans) {
+        Ok(()) => encode(
+            encoding,
+            StatusCode::OK,
+            &ExportTraceServiceResponse::default(),
+        ),
+        Err(Refused::Full(exporter)) => {
+            let mut response = refuse(
+                &state,
+                encoding,
+                StatusCode::SERVICE_UNAVAILABLE,
+                RequestRefusal::QueueFull,
+                super::queue_full(exporter),
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+        }
+        Err(Refused::Closed) => refuse(
+            &state,
+            encoding,
+            StatusCode::SERVICE_UNAVAILABLE,
+            RequestRefusal::Other,
+            SHUTTING_DOWN.to_owned(),
         ),
     }
 }
@@ -311,6 +397,7 @@ pub(crate) async fn serve(
     limits: ReceiverLimits,
     tls: Option<Arc<TlsListener>>,
     auth: Option<Arc<BearerAuth>>,
+    traces_forwarder: Option<Arc<TraceForwarder>>,
     aggregator: Arc<Aggregator>,
     stats: Arc<SelfMetrics>,
     cancel: CancellationToken,
@@ -321,10 +408,11 @@ pub(crate) async fn serve(
         max_body,
         read_timeout: limits.http_read_timeout,
         auth,
+        traces: traces_forwarder,
     };
     let app = Router::new()
         .route("/v1/metrics", post(metrics))
-        .route("/v1/traces", post(unsupported))
+        .route("/v1/traces", post(traces))
         .route("/v1/logs", post(unsupported))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -23,7 +23,14 @@ pub(crate) fn response(result: &IngestResult) -> ExportMetricsServiceResponse {
 }
 
 /// What a traces or logs request is told.
-pub(crate) const SIGNAL_NOT_SUPPORTED: &str = "higgsmeter-collector receives metrics only; send traces and logs to another OpenTelemetry collector";
+pub(crate) const SIGNAL_NOT_SUPPORTED: &str = "higgsmeter-collector receives metrics only (and traces where service.pipelines.traces is configured); send logs, and traces without that pipeline, to another OpenTelemetry collector";
+
+/// What a trace request is told when an exporter's queue has no room for it.
+pub(crate) fn queue_full(exporter: &str) -> String {
+    format!(
+        "the traces queue of exporter `{exporter}` is full (exporters.{exporter}.sending_queue.traces_queue_mib; its upstream is down or slow); retry later (nothing of this request was taken)"
+    )
+}
 
 /// What a request without the bearer token is told (never what it sent).
 pub(crate) const UNAUTHENTICATED: &str = "missing or wrong bearer token: this receiver requires `authorization: Bearer <token>` (its auth.authenticator); nothing of this request was counted";

@@ -37,7 +37,8 @@ pub const COLLECTOR_REQUESTS: Family = Family {
 /// gzip, or an unknown content encoding), `too_large` (over the configured maximum
 /// message size), `unsupported_signal` (traces or logs: this collector receives
 /// metrics only), `unauthenticated` (no or a wrong bearer token, where the receiver
-/// asks for one), `other`.
+/// asks for one), `queue_full` (traces: an exporter's queue had no room; the sender is
+/// told to retry), `other`.
 pub const COLLECTOR_REQUESTS_REFUSED: Family = Family {
     name: "higgsmeter_collector_requests_refused_total",
     kind: Kind::Counter,
@@ -171,6 +172,30 @@ pub const COLLECTOR_TLS_HANDSHAKES_FAILED: Family = Family {
     buckets: &[],
 };
 
+/// `higgsmeter_collector_spans_received_total` (counter): spans the traces pipeline
+/// took in, by transport.
+pub const COLLECTOR_SPANS_RECEIVED: Family = Family {
+    name: "higgsmeter_collector_spans_received_total",
+    kind: Kind::Counter,
+    help: "Spans the traces pipeline took in, by transport",
+    unit: "{span}",
+    labels: &["transport"],
+    buckets: &[],
+};
+
+/// `higgsmeter_collector_spans_exported_total` (counter): spans the traces pipeline
+/// forwarded, by exporter and outcome: `ok` (accepted upstream), `rejected` (the
+/// upstream's partial success), `dropped` (refused outright by the upstream, or still
+/// queued when shutdown ran out of time).
+pub const COLLECTOR_SPANS_EXPORTED: Family = Family {
+    name: "higgsmeter_collector_spans_exported_total",
+    kind: Kind::Counter,
+    help: "Spans the traces pipeline forwarded, by exporter and outcome (ok, rejected upstream, dropped)",
+    unit: "{span}",
+    labels: &["exporter", "outcome"],
+    buckets: &[],
+};
+
 /// Every family the collector exports about itself or derives for the fleet view.
 pub const COLLECTOR_FAMILIES: &[Family] = &[
     WORKER_SOURCES_IN_STATE,
@@ -186,4 +211,6 @@ pub const COLLECTOR_FAMILIES: &[Family] = &[
     COLLECTOR_CHECKPOINTS,
     COLLECTOR_CONNECTIONS_REFUSED,
     COLLECTOR_TLS_HANDSHAKES_FAILED,
+    COLLECTOR_SPANS_RECEIVED,
+    COLLECTOR_SPANS_EXPORTED,
 ];

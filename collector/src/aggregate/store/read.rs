@@ -9,8 +9,8 @@ use higgsmeter_catalog::{
     COLLECTOR_CHECKPOINTS, COLLECTOR_CONNECTIONS_REFUSED, COLLECTOR_EXPORT_DROPPED,
     COLLECTOR_EXPORT_QUEUE_DEPTH, COLLECTOR_EXPORTS, COLLECTOR_POINTS_RECEIVED,
     COLLECTOR_POINTS_REFUSED, COLLECTOR_REQUESTS, COLLECTOR_REQUESTS_REFUSED, COLLECTOR_SERIES,
-    COLLECTOR_SOURCES, COLLECTOR_TLS_HANDSHAKES_FAILED, Family, WORKER_CURRENT_STATE,
-    WORKER_SOURCES_IN_STATE,
+    COLLECTOR_SOURCES, COLLECTOR_SPANS_EXPORTED, COLLECTOR_SPANS_RECEIVED,
+    COLLECTOR_TLS_HANDSHAKES_FAILED, Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
 };
 
 use super::super::cluster::{ClusterReading, SourceReading, rank_order};
@@ -19,7 +19,9 @@ use super::super::naming::render_labels;
 use super::super::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row, RowValue, Rows};
 use super::super::{RefusalReason, View};
 use super::{FleetValue, Store, TARGET_INFO, Value, value_string};
-use crate::self_metrics::{ExporterKind, Listener, RequestRefusal, SelfMetrics, Transport};
+use crate::self_metrics::{
+    ExporterKind, Listener, RequestRefusal, SelfMetrics, SpanOutcome, Transport,
+};
 
 /// One row of a view, before liveness and value checks.
 #[derive(Clone, Copy)]
@@ -297,6 +299,21 @@ const SELF_FAMILIES: &[(&Family, ReadSamples)] = &[
     }),
     (&COLLECTOR_SOURCES, |_, store, now, emit| {
         emit(&[], store.live_sources(now) as f64);
+    }),
+    (&COLLECTOR_SPANS_EXPORTED, |s, _, _, emit| {
+        for e in ExporterKind::ALL {
+            for o in SpanOutcome::ALL {
+                emit(
+                    &[e.as_str(), o.as_str()],
+                    get(&s.spans_exported[e as usize][o as usize]),
+                );
+            }
+        }
+    }),
+    (&COLLECTOR_SPANS_RECEIVED, |s, _, _, emit| {
+        for t in Transport::ALL {
+            emit(&[t.as_str()], get(&s.spans_received[t as usize]));
+        }
     }),
     (&COLLECTOR_TLS_HANDSHAKES_FAILED, |s, _, _, emit| {
         for l in Listener::ALL {
