@@ -104,6 +104,8 @@ mod state;
 mod subscriber;
 #[cfg(feature = "sdk")]
 mod telemetry;
+#[cfg(feature = "sdk")]
+mod traces;
 mod tracker;
 
 pub use clock::{Clock, ManualClock};
@@ -120,6 +122,8 @@ pub use span::{OPERATION_FIELD, STATE_FIELD, STATE_SPAN_TARGET, TRACKER_FIELD};
 pub use state::AppState;
 #[cfg(feature = "sdk")]
 pub use telemetry::{Protocol, Telemetry, TelemetryBuilder, init};
+#[cfg(feature = "traces")]
+pub use traces::{TraceCounts, TraceLayer};
 pub use tracker::{Snapshot, SnapshotEntry, StateScope, Tracker, enable_tracker, state_tracker};
 
 /// The metric catalog (re-exported `higgsmeter-catalog`).

@@ -36,7 +36,7 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    fn parse(value: &str) -> Result<Protocol, Error> {
+    pub(crate) fn parse(value: &str) -> Result<Protocol, Error> {
         match value.trim() {
             "grpc" => Ok(Protocol::Grpc),
             "http/protobuf" => Ok(Protocol::HttpProtobuf),
@@ -70,9 +70,10 @@ pub struct TelemetryBuilder {
     tracker: Tracker,
     service_name: Option<String>,
     attributes: Vec<KeyValue>,
-    otlp_endpoint: Option<String>,
-    otlp_protocol: Option<Protocol>,
-    otlp_headers: HashMap<String, String>,
+    pub(crate) otlp_endpoint: Option<String>,
+    pub(crate) otlp_protocol: Option<Protocol>,
+    pub(crate) otlp_headers: HashMap<String, String>,
+    pub(crate) traces: crate::traces::TracesConfig,
     export_interval: Option<Duration>,
     temporality: Option<Temporality>,
     prometheus_addr: Option<SocketAddr>,
@@ -92,6 +93,7 @@ impl fmt::Debug for TelemetryBuilder {
             .field("otlp_protocol", &self.otlp_protocol)
             .field("export_interval", &self.export_interval)
             .field("prometheus_addr", &self.prometheus_addr)
+            .field("traces", &self.traces)
             .field("install_subscriber", &self.install_subscriber)
             .finish_non_exhaustive()
     }
@@ -106,6 +108,7 @@ impl Default for TelemetryBuilder {
             otlp_endpoint: None,
             otlp_protocol: None,
             otlp_headers: HashMap::new(),
+            traces: Default::default(),
             export_interval: None,
             temporality: None,
             prometheus_addr: None,
@@ -262,8 +265,8 @@ impl TelemetryBuilder {
         let tracker = self.tracker.clone();
 
         if settings.disabled {
-            let subscriber_installed =
-                self.install_subscriber && install_subscriber(&tracker, self.log_to_stderr, None)?;
+            let subscriber_installed = self.install_subscriber
+                && install_subscriber(&tracker, self.log_to_stderr, None, None)?;
             return Ok(Telemetry {
                 tracker,
                 provider: None,
@@ -271,11 +274,14 @@ impl TelemetryBuilder {
                 runtime: None,
                 prometheus: None,
                 gpu: None,
+                traces: None,
                 subscriber_installed,
             });
         }
 
-        let needs_runtime = settings.otlp.is_some() || settings.prometheus_addr.is_some();
+        let needs_runtime = settings.otlp.is_some()
+            || settings.prometheus_addr.is_some()
+            || settings.traces.is_some();
         let runtime = if needs_runtime {
             Some(
                 tokio::runtime::Builder::new_multi_thread()
@@ -296,9 +302,23 @@ impl TelemetryBuilder {
         let otlp = settings.otlp.clone();
         let extra_readers = self.extra_readers;
         let prometheus_addr = settings.prometheus_addr;
+        let traces = settings.traces.clone();
         let built = std::thread::Builder::new()
             .name("higgsmeter-init".into())
-            .spawn(move || build_provider(resource, otlp, extra_readers, prometheus_addr, handle))
+            .spawn(move || {
+                let _entered = handle.as_ref().map(|h| h.enter());
+                let traces = traces
+                    .map(|t| crate::traces::TracePipeline::start(t, &resource))
+                    .transpose()?;
+                let built = build_provider(
+                    resource,
+                    otlp,
+                    extra_readers,
+                    prometheus_addr,
+                    handle.clone(),
+                );
+                Ok((built?, traces))
+            })
             .map_err(Error::Runtime)?
             .join()
             .unwrap_or_else(|_| {
@@ -306,7 +326,7 @@ impl TelemetryBuilder {
                     "provider build panicked",
                 )))
             })?;
-        let (provider, prometheus_registry) = built;
+        let ((provider, prometheus_registry), traces) = built;
         let meter = provider.meter("higgsmeter");
         // From here on, a failure drops this guard, which shuts the exporters and the
         // runtime down off the caller's thread, as on a normal exit.
@@ -317,6 +337,7 @@ impl TelemetryBuilder {
             runtime,
             prometheus: None,
             gpu: None,
+            traces,
             subscriber_installed: false,
         };
 
@@ -332,7 +353,12 @@ impl TelemetryBuilder {
         let _ = prometheus_registry;
 
         telemetry.subscriber_installed = self.install_subscriber
-            && install_subscriber(&telemetry.tracker, self.log_to_stderr, Some(&meter))?;
+            && install_subscriber(
+                &telemetry.tracker,
+                self.log_to_stderr,
+                Some(&meter),
+                telemetry.traces.as_ref(),
+            )?;
         telemetry.instruments = Some(register_activity_instruments(
             &meter,
             telemetry.tracker.clone(),
@@ -363,9 +389,10 @@ fn install_subscriber(
     tracker: &Tracker,
     log_to_stderr: bool,
     meter: Option<&opentelemetry::metrics::Meter>,
+    traces: Option<&crate::traces::TracePipeline>,
 ) -> Result<bool, Error> {
     let log = log_to_stderr.then(crate::subscriber::LogFilter::from_env);
-    let subscriber = crate::subscriber::subscriber(tracker, log, meter);
+    let subscriber = crate::subscriber::subscriber(tracker, log, meter, traces);
     tracing::subscriber::set_global_default(subscriber).map_err(|_| Error::SubscriberAlreadySet)?;
     Ok(true)
 }
@@ -391,9 +418,10 @@ struct Settings {
     resource: Resource,
     otlp: Option<OtlpSettings>,
     prometheus_addr: Option<SocketAddr>,
+    traces: Option<crate::traces::TraceSettings>,
 }
 
-fn env(read: bool, name: &str) -> Option<String> {
+pub(crate) fn env(read: bool, name: &str) -> Option<String> {
     if !read {
         return None;
     }
@@ -504,6 +532,7 @@ impl Settings {
             resource: resource(b, read)?,
             otlp,
             prometheus_addr,
+            traces: crate::traces::resolve(b, read)?,
         })
     }
 }
@@ -662,6 +691,7 @@ pub struct Telemetry {
     runtime: Option<tokio::runtime::Runtime>,
     prometheus: Option<PromHandle>,
     gpu: Option<GpuMeter>,
+    pub(crate) traces: Option<crate::traces::TracePipeline>,
     subscriber_installed: bool,
 }
 
@@ -706,6 +736,7 @@ impl fmt::Debug for Telemetry {
             .field("prometheus_addr", &self.prometheus_addr())
             .field("prometheus_endpoint", &self.prometheus.is_some())
             .field("gpu_meter", &self.gpu.is_some())
+            .field("traces", &self.traces.is_some())
             .field("subscriber_installed", &self.subscriber_installed)
             .finish_non_exhaustive()
     }
@@ -757,6 +788,9 @@ impl Telemetry {
     /// Exports now, to every push exporter, blocking until done (at most the exporters'
     /// timeouts). Errors are logged, never returned: tracking never fails.
     pub fn force_flush(&self) {
+        if let Some(traces) = &self.traces {
+            traces.force_flush();
+        }
         if let Some(provider) = &self.provider {
             let provider = provider.clone();
             let done = std::thread::Builder::new()
@@ -784,6 +818,9 @@ impl Drop for Telemetry {
         #[cfg(feature = "prometheus")]
         if let Some(prom) = self.prometheus.take() {
             prom.stop();
+        }
+        if let Some(traces) = self.traces.take() {
+            traces.shutdown(); // every span closed by now is exported or counted
         }
         let instruments = self.instruments.take();
         if let Some(provider) = self.provider.take() {
