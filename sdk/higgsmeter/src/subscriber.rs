@@ -42,7 +42,7 @@ pub(crate) fn subscriber(
         log,
         Activity::new(tracker.clone(), meter.map(EngineRecorders::new)),
     )
-    .and_then(traces.map(TracePipeline::layer::<Registry>))
+    .and_then(traces.map(|t| t.layer()))
     .and_then(Gate {
         log: filter,
         traces: traces.map(TracePipeline::filter),

@@ -190,7 +190,9 @@ impl TelemetryBuilder {
     /// `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_EXPORTER_OTLP_HEADERS`,
     /// `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`,
     /// `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SDK_DISABLED`,
-    /// `HIGGSMETER_PROMETHEUS_ADDR`) nor `RANK`, `WORLD_SIZE` and `LOCAL_RANK`: only the
+    /// `HIGGSMETER_PROMETHEUS_ADDR`, and for traces `OTEL_TRACES_EXPORTER`,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`,
+    /// `OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`) nor `RANK`, `WORLD_SIZE` and `LOCAL_RANK`: only the
     /// `with_*` settings count. It does not shut the process off from its environment;
     /// others still read:
     ///
@@ -200,6 +202,9 @@ impl TelemetryBuilder {
     ///   `OTEL_EXPORTER_OTLP_COMPRESSION` (and their `_METRICS_` forms), and
     ///   `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` unless
     ///   [`with_temporality`](Self::with_temporality) is called;
+    /// - with traces on, the OTLP span exporter (`OTEL_EXPORTER_OTLP_TRACES_HEADERS`,
+    ///   `_TRACES_TIMEOUT`, `_TRACES_COMPRESSION` and the shared forms) and the
+    ///   OpenTelemetry SDK's batch span processor (`OTEL_BSP_*`);
     /// - the NVML meter (`nvml` feature): `HIGGSMETER_NVML_LIBRARY` and
     ///   `CUDA_VISIBLE_DEVICES` (turn the meter off with
     ///   [`with_gpu_meter(false)`](Self::with_gpu_meter));

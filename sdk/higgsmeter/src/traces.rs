@@ -67,7 +67,7 @@ mod imp {
         pub(crate) fn filter(&self) -> TraceFilter {
             match *self {}
         }
-        pub(crate) fn layer<S>(&self) -> NoLayer {
+        pub(crate) fn layer(&self) -> NoLayer {
             match *self {}
         }
         pub(crate) fn force_flush(&self) {

@@ -221,7 +221,7 @@ impl Tracker {
         self.emit_warnings();
         let span = span::state_span(self.id(), state, operation);
         StateScope {
-            span: if SCOPES_ENTER.load(Ordering::Relaxed) {
+            span: if TRACE_PIPELINES.load(Ordering::Relaxed) > 0 {
                 ScopeSpan::Entered(span.entered())
             } else {
                 ScopeSpan::Open(span)
@@ -419,18 +419,23 @@ impl Tracker {
     }
 }
 
-/// Whether state scopes enter their span: on while a trace pipeline runs, so spans
-/// opened inside a scope nest under it; off otherwise, where entering would cost every
+/// How many trace pipelines run. State scopes enter their span while one does, so
+/// spans opened inside a scope nest under it; without one, entering would cost every
 /// scope the registry's enter and exit for nothing.
-static SCOPES_ENTER: AtomicBool = AtomicBool::new(false);
+static TRACE_PIPELINES: AtomicUsize = AtomicUsize::new(0);
 
-/// Turns scope entering on (a trace pipeline started) or off (it shut down).
+/// A trace pipeline started (`true`) or shut down (`false`).
 #[cfg_attr(
     not(feature = "traces"),
-    allow(dead_code, reason = "only a trace pipeline turns it on")
+    allow(dead_code, reason = "only a trace pipeline calls it")
 )]
-pub(crate) fn set_scopes_enter(on: bool) {
-    SCOPES_ENTER.store(on, Ordering::Relaxed);
+pub(crate) fn set_scopes_enter(started: bool) {
+    if started {
+        TRACE_PIPELINES.fetch_add(1, Ordering::Relaxed);
+    } else {
+        let _ = TRACE_PIPELINES
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
 }
 
 /// A state scope: the tracker is in its state until this guard drops.
