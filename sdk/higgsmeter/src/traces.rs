@@ -625,7 +625,7 @@ mod imp {
                 b.build()
             }
         }
-        .map_err(|source| Error::Otlp {
+        .map_err(|source| Error::OtlpTraces {
             endpoint: endpoint_label,
             source,
         })
@@ -776,6 +776,38 @@ mod imp {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains("always_on"), "{err}");
+        }
+
+        #[test]
+        fn settings_come_from_the_builder_and_default_to_off() {
+            let b = || Telemetry::builder().with_env(false);
+            assert!(
+                resolve(&b(), false).unwrap().is_none(),
+                "off unless asked for"
+            );
+            let on = b().with_traces(true).with_otlp_endpoint("http://h:4318");
+            let s = resolve(&on, false).unwrap().unwrap();
+            assert_eq!(s.endpoint.as_deref(), Some("http://h:4318/v1/traces"));
+            assert_eq!(s.protocol, Protocol::HttpProtobuf);
+            assert!(
+                matches!(s.sampler, Sampler::ParentBased(_)),
+                "{:?}",
+                s.sampler
+            );
+            let own = b()
+                .with_traces(true)
+                .with_otlp_protocol(Protocol::Grpc)
+                .with_otlp_endpoint("http://metrics:4317")
+                .with_otlp_traces_endpoint("http://traces:4317");
+            let s = resolve(&own, false).unwrap().unwrap();
+            assert_eq!(s.endpoint.as_deref(), Some("http://traces:4317"));
+            let off = b()
+                .with_traces(true)
+                .with_traces_sampler(Sampler::AlwaysOff);
+            assert!(
+                resolve(&off, false).unwrap().is_none(),
+                "always_off builds nothing"
+            );
         }
 
         #[test]
