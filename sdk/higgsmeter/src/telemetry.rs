@@ -315,14 +315,22 @@ impl TelemetryBuilder {
                 let traces = traces
                     .map(|t| crate::traces::TracePipeline::start(t, &resource))
                     .transpose()?;
-                let built = build_provider(
+                match build_provider(
                     resource,
                     otlp,
                     extra_readers,
                     prometheus_addr,
                     handle.clone(),
-                );
-                Ok((built?, traces))
+                ) {
+                    Ok(built) => Ok((built, traces)),
+                    Err(e) => {
+                        // Shut down off this thread, outside the runtime's context.
+                        if let Some(traces) = traces {
+                            traces.shutdown();
+                        }
+                        Err(e)
+                    }
+                }
             })
             .map_err(Error::Runtime)?
             .join()
