@@ -3,6 +3,8 @@
 //! its key names for the parts implemented here. Every key and default is documented
 //! in `otel-config/README.md`; unknown keys are errors naming the key's path.
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -10,8 +12,10 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 pub use crate::aggregate::AggregateConfig;
+pub use crate::auth::{AuthSettings, BearerTokenAuthConfig};
 use crate::error::Error;
 pub use crate::storage::FileStorageConfig;
+pub use crate::tls::{TlsClientSettings, TlsServerSettings};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -42,6 +46,9 @@ pub struct Extensions {
     /// Missing: the default directory (`higgsmeter-data` in the working directory).
     #[serde(default, deserialize_with = "null_is_default")]
     pub file_storage: Option<FileStorageConfig>,
+    /// `extensions.bearertokenauth`: the token a receiver's `auth` asks for.
+    #[serde(default)]
+    pub bearertokenauth: Option<BearerTokenAuthConfig>,
 }
 
 impl Default for Config {
@@ -130,6 +137,11 @@ pub struct GrpcReceiver {
     /// Longest a request may take to arrive and be answered (default 30 s).
     #[serde(with = "duration_serde")]
     pub read_timeout: Duration,
+    /// TLS (the port is then TLS-only; `client_ca_file`: mutual TLS).
+    pub tls: Option<TlsServerSettings>,
+    /// `auth.authenticator: bearertokenauth`: requests without the token are refused
+    /// (`UNAUTHENTICATED`).
+    pub auth: Option<AuthSettings>,
 }
 
 impl Default for GrpcReceiver {
@@ -139,6 +151,8 @@ impl Default for GrpcReceiver {
             max_recv_msg_size_mib: 16,
             max_connections: 1024,
             read_timeout: Duration::from_secs(30),
+            tls: None,
+            auth: None,
         }
     }
 }
@@ -161,6 +175,11 @@ pub struct HttpReceiver {
     /// Longest wait for a request's whole body (default 30 s); then 408.
     #[serde(with = "duration_serde")]
     pub read_timeout: Duration,
+    /// TLS (the port is then TLS-only; `client_ca_file`: mutual TLS).
+    pub tls: Option<TlsServerSettings>,
+    /// `auth.authenticator: bearertokenauth`: requests without the token are refused
+    /// (401).
+    pub auth: Option<AuthSettings>,
 }
 
 impl Default for HttpReceiver {
@@ -171,6 +190,8 @@ impl Default for HttpReceiver {
             max_connections: 1024,
             read_header_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(30),
+            tls: None,
+            auth: None,
         }
     }
 }
@@ -229,6 +250,8 @@ pub struct PrometheusExporter {
     pub endpoint: String,
     /// Whether `/metrics/sources` (the per-source view) is served (default true).
     pub sources_view: bool,
+    /// TLS: `/metrics` over https only.
+    pub tls: Option<TlsServerSettings>,
 }
 
 impl Default for PrometheusExporter {
@@ -236,6 +259,7 @@ impl Default for PrometheusExporter {
         PrometheusExporter {
             endpoint: "127.0.0.1:9464".into(),
             sources_view: true,
+            tls: None,
         }
     }
 }
@@ -245,8 +269,14 @@ impl Default for PrometheusExporter {
 #[serde(deny_unknown_fields)]
 pub struct OtlpExporter {
     /// The upstream: `http://host:4317` (gRPC) or `http://host:4318` (HTTP; `/v1/metrics`
-    /// is appended unless the URL has a path). Required.
+    /// is appended unless the URL has a path); `https://` for TLS. Required.
     pub endpoint: String,
+    /// TLS settings for an `https://` endpoint (default: the system's roots).
+    #[serde(default)]
+    pub tls: Option<TlsClientSettings>,
+    /// Headers sent with every push, e.g. `authorization: "Bearer ..."`.
+    #[serde(default)]
+    pub headers: Headers,
     /// How often the aggregate is pushed (default 10 s).
     #[serde(default = "default_export_interval", with = "duration_serde")]
     pub interval: Duration,
@@ -265,6 +295,19 @@ pub struct OtlpExporter {
     /// Retries with exponential backoff.
     #[serde(default)]
     pub retry_on_failure: RetryOnFailure,
+}
+
+/// Headers of an exporter's pushes. Their values are never printed (they hold tokens).
+#[derive(Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(transparent)]
+pub struct Headers(pub BTreeMap<String, String>);
+
+impl fmt::Debug for Headers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.keys().map(|k| (k, "<redacted>")))
+            .finish()
+    }
 }
 
 fn default_export_interval() -> Duration {
@@ -424,6 +467,50 @@ pub struct Plan {
     pub limits: ReceiverLimits,
     /// `service.shutdown_timeout`.
     pub shutdown_timeout: Duration,
+    /// TLS and authentication of the listeners.
+    pub security: Security,
+}
+
+/// TLS and authentication of the listeners, checked by [`Config::plan`]: the files
+/// read, the certificates in date and matching their keys, the authenticator defined
+/// and its token read.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Security {
+    /// `receivers.otlp.protocols.grpc.tls`.
+    pub grpc_tls: Option<TlsServerSettings>,
+    /// `receivers.otlp.protocols.http.tls`.
+    pub http_tls: Option<TlsServerSettings>,
+    /// `exporters.prometheus.tls`.
+    pub prometheus_tls: Option<TlsServerSettings>,
+    /// The authenticator of the gRPC receiver.
+    pub grpc_auth: Option<BearerTokenAuthConfig>,
+    /// The authenticator of the HTTP receiver.
+    pub http_auth: Option<BearerTokenAuthConfig>,
+}
+
+impl Security {
+    /// One line per secured listener (what `--check-config` prints).
+    pub fn summary(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (name, tls, auth) in [
+            ("OTLP/gRPC receiver", &self.grpc_tls, &self.grpc_auth),
+            ("OTLP/HTTP receiver", &self.http_tls, &self.http_auth),
+            ("Prometheus endpoint", &self.prometheus_tls, &None),
+        ] {
+            let tls = match tls {
+                Some(t) if t.client_ca_file.is_some() => "mutual TLS",
+                Some(_) => "TLS",
+                None => "plaintext",
+            };
+            let auth = if auth.is_some() {
+                ", bearer token required"
+            } else {
+                ""
+            };
+            lines.push(format!("{name}: {tls}{auth}"));
+        }
+        lines
+    }
 }
 
 /// Connection limits and timeouts of the receivers (see [`GrpcReceiver`] and
@@ -489,12 +576,12 @@ fn resolve(path: &str, endpoint: &str) -> Result<SocketAddr, Error> {
 }
 
 fn check_url(path: &str, url: &str) -> Result<(), Error> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        config_error(
-            path,
-            format!("`{url}` must start with http:// (TLS is not supported)"),
-        )
-    })?;
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| {
+            config_error(path, format!("`{url}` must start with http:// or https://"))
+        })?;
     let authority = rest.split('/').next().unwrap_or("");
     if authority.is_empty() || !authority.contains(':') {
         return Err(config_error(
@@ -578,6 +665,8 @@ impl Config {
                 None => {
                     *slot = Some(OtlpExporter {
                         endpoint: ep.clone(),
+                        tls: None,
+                        headers: Headers::default(),
                         interval: default_export_interval(),
                         timeout: default_timeout(),
                         compression: Compression::default(),
@@ -663,19 +752,26 @@ impl Config {
             storage: None,
             limits: ReceiverLimits::default(),
             shutdown_timeout: self.service.shutdown_timeout,
+            security: Security::default(),
         };
         if let Some(list) = &self.service.extensions {
             for (i, name) in list.iter().enumerate() {
-                if name != "file_storage" {
+                let configured = match name.as_str() {
+                    "file_storage" => self.extensions.file_storage.is_some(),
+                    "bearertokenauth" => self.extensions.bearertokenauth.is_some(),
+                    _ => {
+                        return Err(config_error(
+                            format!("service.extensions[{i}]"),
+                            format!(
+                                "unknown extension `{name}`: this collector has `file_storage` and `bearertokenauth`"
+                            ),
+                        ));
+                    }
+                };
+                if !configured {
                     return Err(config_error(
                         format!("service.extensions[{i}]"),
-                        format!("unknown extension `{name}`: this collector has `file_storage`"),
-                    ));
-                }
-                if self.extensions.file_storage.is_none() {
-                    return Err(config_error(
-                        format!("service.extensions[{i}]"),
-                        "extension `file_storage` is not configured under `extensions`",
+                        format!("extension `{name}` is not configured under `extensions`"),
                     ));
                 }
             }
@@ -723,6 +819,10 @@ impl Config {
                 }
                 plan.limits.grpc_max_connections = g.max_connections;
                 plan.limits.grpc_read_timeout = g.read_timeout;
+                plan.security.grpc_tls =
+                    self.server_tls("receivers.otlp.protocols.grpc.tls", &g.tls)?;
+                plan.security.grpc_auth =
+                    self.authenticator("receivers.otlp.protocols.grpc.auth", &g.auth)?;
             }
             if let Some(h) = &otlp.protocols.http {
                 let addr = resolve("receivers.otlp.protocols.http.endpoint", &h.endpoint)?;
@@ -748,6 +848,10 @@ impl Config {
                 plan.limits.http_max_connections = h.max_connections;
                 plan.limits.http_read_header_timeout = h.read_header_timeout;
                 plan.limits.http_read_timeout = h.read_timeout;
+                plan.security.http_tls =
+                    self.server_tls("receivers.otlp.protocols.http.tls", &h.tls)?;
+                plan.security.http_auth =
+                    self.authenticator("receivers.otlp.protocols.http.auth", &h.auth)?;
             }
         }
         for (i, name) in pipeline.processors.iter().enumerate() {
@@ -802,6 +906,8 @@ impl Config {
                         resolve("exporters.prometheus.endpoint", &p.endpoint)?,
                         p.sources_view,
                     ));
+                    plan.security.prometheus_tls =
+                        self.server_tls("exporters.prometheus.tls", &p.tls)?;
                 }
                 "otlp" | "otlphttp" => {
                     let (e, proto) = if name == "otlp" {
@@ -816,6 +922,7 @@ impl Config {
                         )
                     };
                     check_url(&format!("exporters.{name}.endpoint"), &e.endpoint)?;
+                    check_exporter_security(name, e)?;
                     if e.interval.is_zero() || e.timeout.is_zero() {
                         return Err(config_error(
                             format!("exporters.{name}.interval"),
@@ -854,6 +961,98 @@ impl Config {
         }
         Ok(plan)
     }
+
+    /// Checks a listener's `tls` (files, key match, dates).
+    fn server_tls(
+        &self,
+        path: &str,
+        tls: &Option<TlsServerSettings>,
+    ) -> Result<Option<TlsServerSettings>, Error> {
+        if let Some(t) = tls {
+            crate::tls::server_config(path, t, &[])?;
+        }
+        Ok(tls.clone())
+    }
+
+    /// Resolves a receiver's `auth.authenticator` to its configured extension and
+    /// reads its token.
+    fn authenticator(
+        &self,
+        path: &str,
+        auth: &Option<AuthSettings>,
+    ) -> Result<Option<BearerTokenAuthConfig>, Error> {
+        let Some(auth) = auth else { return Ok(None) };
+        let path = format!("{path}.authenticator");
+        if auth.authenticator != "bearertokenauth" {
+            return Err(config_error(
+                path,
+                format!(
+                    "authenticator `{}` is not defined: this collector has `bearertokenauth` (configure it under extensions)",
+                    auth.authenticator
+                ),
+            ));
+        }
+        let Some(cfg) = &self.extensions.bearertokenauth else {
+            return Err(config_error(
+                path,
+                "authenticator `bearertokenauth` is not defined: configure extensions.bearertokenauth (token or filename)",
+            ));
+        };
+        if let Some(list) = &self.service.extensions
+            && !list.iter().any(|e| e == "bearertokenauth")
+        {
+            return Err(config_error(
+                path,
+                "`bearertokenauth` is not listed in service.extensions: list it there",
+            ));
+        }
+        cfg.token()?;
+        Ok(Some(cfg.clone()))
+    }
+}
+
+/// An exporter's `tls` and `headers`: TLS only with `https://`, files checked, header
+/// names and values sendable.
+fn check_exporter_security(name: &str, e: &OtlpExporter) -> Result<(), Error> {
+    let https = e.endpoint.starts_with("https://");
+    let path = format!("exporters.{name}.tls");
+    match &e.tls {
+        Some(t) if https && t.insecure => {
+            return Err(config_error(
+                format!("{path}.insecure"),
+                "is true but the endpoint is https://: write http:// for plaintext, or drop insecure",
+            ));
+        }
+        Some(t) if !https && !t.insecure && *t != TlsClientSettings::default() => {
+            return Err(config_error(
+                path,
+                format!(
+                    "is set but the endpoint `{}` is http:// (plaintext): write https://",
+                    e.endpoint
+                ),
+            ));
+        }
+        Some(t) if https => {
+            crate::tls::client_config(&path, t, &[])?;
+        }
+        None if https => {
+            crate::tls::client_config(&path, &TlsClientSettings::default(), &[])?;
+        }
+        _ => {}
+    }
+    for (k, v) in &e.headers.0 {
+        let hpath = format!("exporters.{name}.headers.{k}");
+        if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+            return Err(config_error(hpath, "is not a valid header name"));
+        }
+        if http::HeaderValue::from_str(v).is_err() {
+            return Err(config_error(
+                hpath,
+                "is not a valid header value (visible ASCII)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Durations written as `200ms`, `5s`, `2m`, `1h` (also `us`, `ns`).

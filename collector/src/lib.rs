@@ -46,6 +46,11 @@
 //!   `./higgsmeter-data`) and restored at start, so a restart shows Prometheus neither a
 //!   reset nor a spike; SIGTERM ends within `service.shutdown_timeout` whatever clients
 //!   do. See `otel-config/README.md`, *Restarts* and *Shutdown*.
+//! - **TLS and tokens**: every listener can be TLS-only (rustls; `tls:` with
+//!   `cert_file`, `key_file` and `client_ca_file` for mutual TLS), the receivers can
+//!   require a bearer token (`extensions.bearertokenauth`, `auth.authenticator`), and
+//!   the OTLP exporters push over `https://` with `tls.ca_file` and `headers`. See
+//!   `otel-config/README.md`, *TLS and authentication*.
 //! - **Bad input** gets an OTLP error or partial success and is counted in the
 //!   collector's own metrics (`higgsmeter_collector_*`, listed in the catalog).
 //!
@@ -68,6 +73,7 @@
 //! 1.89 or newer.
 
 pub(crate) mod aggregate;
+mod auth;
 pub mod config;
 mod error;
 mod exporters;
@@ -75,6 +81,7 @@ mod net;
 mod receivers;
 mod self_metrics;
 mod storage;
+mod tls;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -250,6 +257,40 @@ impl Collector {
         let cancel = CancellationToken::new();
         let stop_receiving = cancel.child_token();
         let stop_exporting = cancel.child_token();
+        // TLS and tokens are read again here (the plan checked them): a file changed
+        // since fails the start, clearly.
+        let sec = &plan.security;
+        let tls = |listener, key: &str, s: &Option<config::TlsServerSettings>, alpn: &[&[u8]]| {
+            s.as_ref()
+                .map(|s| tls::TlsListener::new(listener, key, s, alpn, stats.clone()).map(Arc::new))
+                .transpose()
+        };
+        use self_metrics::Listener;
+        let grpc_tls = tls(
+            Listener::Grpc,
+            "receivers.otlp.protocols.grpc.tls",
+            &sec.grpc_tls,
+            &[tls::ALPN_H2],
+        )?;
+        let http_tls = tls(
+            Listener::Http,
+            "receivers.otlp.protocols.http.tls",
+            &sec.http_tls,
+            &[tls::ALPN_HTTP1],
+        )?;
+        let prometheus_tls = tls(
+            Listener::Prometheus,
+            "exporters.prometheus.tls",
+            &sec.prometheus_tls,
+            &[tls::ALPN_HTTP1],
+        )?;
+        let auth = |a: &Option<config::BearerTokenAuthConfig>| {
+            a.as_ref()
+                .map(|a| auth::BearerAuth::start(a, cancel.clone()))
+                .transpose()
+        };
+        let grpc_auth = auth(&sec.grpc_auth)?;
+        let http_auth = auth(&sec.http_auth)?;
         let grpc = match plan.grpc {
             Some((addr, max)) => Some((bind("OTLP/gRPC receiver", addr).await?, max)),
             None => None,
@@ -279,6 +320,8 @@ impl Collector {
                 listener,
                 max,
                 plan.limits,
+                grpc_tls,
+                grpc_auth,
                 aggregator.clone(),
                 stats.clone(),
                 stop_receiving.clone(),
@@ -289,6 +332,8 @@ impl Collector {
                 listener,
                 max,
                 plan.limits,
+                http_tls,
+                http_auth,
                 aggregator.clone(),
                 stats.clone(),
                 stop_receiving.clone(),
@@ -299,6 +344,7 @@ impl Collector {
             exporters.push(tokio::spawn(exporters::prometheus::serve(
                 listener,
                 sources,
+                prometheus_tls,
                 aggregator.clone(),
                 stop_exporting.clone(),
             )));

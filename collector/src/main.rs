@@ -125,6 +125,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if cli.check_config {
         println!("config OK");
         println!("{}", plan.state_summary());
+        for line in plan.security.summary() {
+            println!("{line}");
+        }
         println!("{plan:#?}");
         return Ok(());
     }

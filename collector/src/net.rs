@@ -4,6 +4,8 @@
 //! `higgsmeter_collector_connections_refused_total`), and the HTTP/1 server loop of the
 //! OTLP/HTTP receiver and the Prometheus endpoint: a header-read (and keep-alive idle)
 //! timeout per connection, and a graceful stop that lets requests in flight finish.
+//! On a TLS-only listener each accepted connection's handshake runs in its own task
+//! (bounded by the same timeout), so a slow or plaintext client holds up no other.
 
 use std::io;
 use std::pin::Pin;
@@ -16,6 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::self_metrics::{SelfMetrics, Transport};
+use crate::tls::TlsListener;
 
 /// A listener that hands out at most `max` connections at once.
 pub(crate) struct LimitedListener {
@@ -170,23 +173,133 @@ impl AsyncWrite for Counted {
     }
 }
 
-impl tonic::transport::server::Connected for Counted {
+/// An accepted connection: plaintext, or TLS after a completed handshake.
+pub(crate) enum Conn {
+    Plain(Counted),
+    Tls(Box<tokio_rustls::server::TlsStream<Counted>>),
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(c) => Pin::new(c).poll_read(cx, buf),
+            Conn::Tls(c) => Pin::new(c.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(c) => Pin::new(c).poll_write(cx, buf),
+            Conn::Tls(c) => Pin::new(c.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(c) => Pin::new(c).poll_flush(cx),
+            Conn::Tls(c) => Pin::new(c.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Conn::Plain(c) => Pin::new(c).poll_shutdown(cx),
+            Conn::Tls(c) => Pin::new(c.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Plain(c) => Pin::new(c).poll_write_vectored(cx, bufs),
+            Conn::Tls(c) => Pin::new(c.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Plain(c) => c.is_write_vectored(),
+            Conn::Tls(c) => c.is_write_vectored(),
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
+        let counted = match self {
+            Conn::Plain(c) => c,
+            Conn::Tls(c) => c.get_ref().0,
+        };
+        counted.stream.connect_info()
     }
+}
+
+/// `listener`'s connections as a stream (tonic's incoming), each TLS handshake done in
+/// its own task when `tls` is set (bounded by `handshake_timeout`), until `cancel` or
+/// until the stream is dropped.
+pub(crate) fn incoming(
+    listener: LimitedListener,
+    tls: Option<Arc<TlsListener>>,
+    handshake_timeout: Duration,
+    cancel: tokio_util::sync::CancellationToken,
+) -> impl futures_util::Stream<Item = io::Result<Conn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Conn>(64);
+    tokio::spawn(async move {
+        loop {
+            let conn = tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tx.closed() => return,
+                conn = listener.accept() => conn,
+            };
+            match &tls {
+                None => {
+                    if tx.send(Conn::Plain(conn)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(tls) => {
+                    let (tls, tx) = (tls.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        if let Some(stream) = tls.handshake(conn, handshake_timeout).await {
+                            let _ = tx.send(Conn::Tls(Box::new(stream))).await;
+                        }
+                    });
+                }
+            }
+        }
+    });
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        let conn = rx.recv().await?;
+        Some((Ok(conn), rx))
+    })
 }
 
 /// Serves `app` over HTTP/1 on `listener` until `cancel`: a connection whose next
 /// request's headers take longer than `header_timeout` (half-sent, or idle keep-alive)
 /// is closed. On `cancel` it stops accepting, lets requests in flight finish and
 /// closes idle connections; the caller bounds that wait (`service.shutdown_timeout`),
-/// and dropping this future drops every connection.
+/// and dropping this future drops every connection. With `tls`, each connection's
+/// handshake comes first, bounded by `header_timeout` too.
 pub(crate) async fn serve_http1(
     listener: LimitedListener,
     app: axum::Router,
     header_timeout: Duration,
+    tls: Option<Arc<TlsListener>>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
     let mut connections = tokio::task::JoinSet::new();
@@ -198,7 +311,15 @@ pub(crate) async fn serve_http1(
         };
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let cancel = cancel.clone();
+        let tls = tls.clone();
         connections.spawn(async move {
+            let conn = match tls {
+                None => Conn::Plain(conn),
+                Some(tls) => match tls.handshake(conn, header_timeout).await {
+                    Some(stream) => Conn::Tls(Box::new(stream)),
+                    None => return,
+                },
+            };
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(hyper_util::rt::TokioTimer::new())

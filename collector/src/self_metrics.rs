@@ -33,17 +33,19 @@ pub(crate) enum RequestRefusal {
     Decompress,
     TooLarge,
     UnsupportedSignal,
+    Unauthenticated,
     Other,
 }
 
 impl RequestRefusal {
-    pub(crate) const COUNT: usize = 6;
+    pub(crate) const COUNT: usize = 7;
     pub(crate) const ALL: [RequestRefusal; RequestRefusal::COUNT] = [
         RequestRefusal::Malformed,
         RequestRefusal::ContentType,
         RequestRefusal::Decompress,
         RequestRefusal::TooLarge,
         RequestRefusal::UnsupportedSignal,
+        RequestRefusal::Unauthenticated,
         RequestRefusal::Other,
     ];
 
@@ -54,7 +56,29 @@ impl RequestRefusal {
             RequestRefusal::Decompress => "decompress",
             RequestRefusal::TooLarge => "too_large",
             RequestRefusal::UnsupportedSignal => "unsupported_signal",
+            RequestRefusal::Unauthenticated => "unauthenticated",
             RequestRefusal::Other => "other",
+        }
+    }
+}
+
+/// A listener that can be TLS-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listener {
+    Grpc,
+    Http,
+    Prometheus,
+}
+
+impl Listener {
+    pub(crate) const ALL: [Listener; 3] = [Listener::Grpc, Listener::Http, Listener::Prometheus];
+
+    /// The `listener` label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Listener::Grpc => "grpc",
+            Listener::Http => "http",
+            Listener::Prometheus => "prometheus",
         }
     }
 }
@@ -92,6 +116,8 @@ pub(crate) struct SelfMetrics {
     pub(crate) checkpoints: [AtomicU64; 2],
     /// Connections refused at a receiver's `max_connections`, per transport.
     pub(crate) connections_refused: [AtomicU64; 2],
+    /// Failed TLS handshakes, per [`Listener`].
+    pub(crate) tls_handshakes_failed: [AtomicU64; 3],
 }
 
 impl SelfMetrics {

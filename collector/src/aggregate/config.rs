@@ -204,6 +204,17 @@ impl AggregateConfig {
         if gpu_gauge {
             return GaugeAggregation::PerSource;
         }
+        // A lab session's gauges (time to first SLEAP process, best frame count, epochs,
+        // loss) describe one session: summing them over sessions means nothing.
+        let session_gauge = family.is_some_and(|f| {
+            f.kind == higgsmeter_catalog::Kind::Gauge
+                && higgsmeter_catalog::SESSION_FAMILIES
+                    .iter()
+                    .any(|g| g.name == f.name)
+        });
+        if session_gauge {
+            return GaugeAggregation::PerSource;
+        }
         self.default_gauge_aggregation
     }
 
@@ -300,5 +311,18 @@ mod tests {
             c.gauge_aggregation("queue_depth", "queue_depth"),
             GaugeAggregation::Sum
         );
+    }
+
+    #[test]
+    fn session_gauges_are_per_source_by_default() {
+        let c = AggregateConfig::default();
+        for f in higgsmeter_catalog::SESSION_FAMILIES {
+            let want = if f.kind == higgsmeter_catalog::Kind::Gauge {
+                GaugeAggregation::PerSource
+            } else {
+                c.default_gauge_aggregation
+            };
+            assert_eq!(c.gauge_aggregation(f.name, f.name), want, "{}", f.name);
+        }
     }
 }

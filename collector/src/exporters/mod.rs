@@ -2,6 +2,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod cluster_json;
+mod connect;
 pub(crate) mod exposition;
 mod format;
 pub(crate) mod otlp;

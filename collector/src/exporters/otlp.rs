@@ -1,5 +1,6 @@
 //! OTLP push of the aggregate to an upstream, with a bounded queue, retries with
-//! exponential backoff, and a final flush on shutdown.
+//! exponential backoff, and a final flush on shutdown; over TLS (rustls) when the
+//! endpoint is `https://`, with the configured headers (e.g. a bearer token).
 
 use std::collections::VecDeque;
 use std::io::Write as _;
@@ -10,7 +11,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
@@ -20,34 +20,81 @@ use tokio_util::sync::CancellationToken;
 use tonic::codec::CompressionEncoding;
 use tonic::transport::{Channel, Endpoint};
 
+use super::connect::Connector;
 use crate::aggregate::Aggregator;
 use crate::config::{Compression, OtlpExporter, PushProtocol};
 use crate::self_metrics::{ExporterKind, SelfMetrics};
 
 enum Sender {
-    Grpc(MetricsServiceClient<Channel>),
+    Grpc {
+        client: MetricsServiceClient<Channel>,
+        metadata: tonic::metadata::MetadataMap,
+    },
     Http {
-        client: Box<Client<HttpConnector, Full<Bytes>>>,
+        client: Box<Client<Connector, Full<Bytes>>>,
         url: http::Uri,
         gzip: bool,
+        headers: http::HeaderMap,
     },
+}
+
+/// The exporter's connector: TLS when its endpoint is `https://`.
+fn connector(protocol: PushProtocol, cfg: &OtlpExporter) -> Result<Connector, String> {
+    if !cfg.endpoint.starts_with("https://") {
+        return Ok(Connector::new(cfg.timeout, None));
+    }
+    let (name, alpn) = match protocol {
+        PushProtocol::Grpc => ("otlp", crate::tls::ALPN_H2),
+        PushProtocol::Http => ("otlphttp", crate::tls::ALPN_HTTP1),
+    };
+    let settings = cfg.tls.clone().unwrap_or_default();
+    let config = crate::tls::client_config(&format!("exporters.{name}.tls"), &settings, &[alpn])
+        .map_err(|e| e.to_string())?;
+    let server_name = settings
+        .server_name_override
+        .map(|n| {
+            rustls_pki_types::ServerName::try_from(n.clone())
+                .map_err(|e| format!("server_name_override `{n}`: {e}"))
+        })
+        .transpose()?;
+    Ok(Connector::new(cfg.timeout, Some((config, server_name))))
 }
 
 impl Sender {
     fn new(protocol: PushProtocol, cfg: &OtlpExporter) -> Result<Sender, String> {
+        let connector = connector(protocol, cfg)?;
         match protocol {
             PushProtocol::Grpc => {
-                let endpoint = Endpoint::from_shared(cfg.endpoint.clone())
+                let origin = cfg
+                    .endpoint
+                    .parse::<http::Uri>()
+                    .map_err(|e| format!("bad endpoint {}: {e}", cfg.endpoint))?;
+                // The channel's own URI is plaintext: TLS is the connector's.
+                let authority = origin.authority().map(|a| a.as_str()).unwrap_or_default();
+                let endpoint = Endpoint::from_shared(format!("http://{authority}"))
                     .map_err(|e| format!("bad endpoint {}: {e}", cfg.endpoint))?
+                    .origin(origin)
                     .connect_timeout(cfg.timeout)
                     .timeout(cfg.timeout);
-                let mut client = MetricsServiceClient::new(endpoint.connect_lazy());
+                let mut client =
+                    MetricsServiceClient::new(endpoint.connect_with_connector_lazy(connector));
                 if cfg.compression == Compression::Gzip {
                     client = client.send_compressed(CompressionEncoding::Gzip);
                 }
-                Ok(Sender::Grpc(
-                    client.accept_compressed(CompressionEncoding::Gzip),
-                ))
+                let mut metadata = tonic::metadata::MetadataMap::new();
+                for (k, v) in &cfg.headers.0 {
+                    let key =
+                        tonic::metadata::MetadataKey::from_bytes(k.to_ascii_lowercase().as_bytes())
+                            .map_err(|e| format!("header `{k}`: {e}"))?;
+                    let value = v
+                        .parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>()
+                        .map_err(|e| format!("header `{k}`: {e}"))?;
+                    metadata.insert(key, value);
+                }
+                Ok(Sender::Grpc {
+                    client: client.accept_compressed(CompressionEncoding::Gzip),
+                    metadata,
+                })
             }
             PushProtocol::Http => {
                 let trimmed = cfg.endpoint.trim_end_matches('/');
@@ -60,13 +107,20 @@ impl Sender {
                 let url = url
                     .parse::<http::Uri>()
                     .map_err(|e| format!("bad endpoint {url}: {e}"))?;
-                let mut connector = HttpConnector::new();
-                connector.set_connect_timeout(Some(cfg.timeout));
                 let client = Client::builder(TokioExecutor::new()).build(connector);
+                let mut headers = http::HeaderMap::new();
+                for (k, v) in &cfg.headers.0 {
+                    let name = http::HeaderName::from_bytes(k.as_bytes())
+                        .map_err(|e| format!("header `{k}`: {e}"))?;
+                    let value =
+                        http::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
+                    headers.insert(name, value);
+                }
                 Ok(Sender::Http {
                     client: Box::new(client),
                     url,
                     gzip: cfg.compression == Compression::Gzip,
+                    headers,
                 })
             }
         }
@@ -78,8 +132,10 @@ impl Sender {
         timeout: Duration,
     ) -> Result<(), String> {
         match self {
-            Sender::Grpc(client) => {
-                let response = tokio::time::timeout(timeout, client.export(request.clone()))
+            Sender::Grpc { client, metadata } => {
+                let mut request = tonic::Request::new(request.clone());
+                *request.metadata_mut() = metadata.clone();
+                let response = tokio::time::timeout(timeout, client.export(request))
                     .await
                     .map_err(|_| "timed out".to_owned())?
                     .map_err(|s| format!("{}: {}", s.code(), s.message()))?;
@@ -90,10 +146,18 @@ impl Sender {
                 }
                 Ok(())
             }
-            Sender::Http { client, url, gzip } => {
+            Sender::Http {
+                client,
+                url,
+                gzip,
+                headers,
+            } => {
                 let mut body = request.encode_to_vec();
-                let mut builder = http::Request::post(url.clone())
-                    .header(http::header::CONTENT_TYPE, "application/x-protobuf");
+                let mut builder = http::Request::post(url.clone());
+                if let Some(h) = builder.headers_mut() {
+                    h.extend(headers.clone());
+                }
+                builder = builder.header(http::header::CONTENT_TYPE, "application/x-protobuf");
                 if *gzip {
                     let mut enc = flate2::write::GzEncoder::new(
                         Vec::with_capacity(body.len() / 4),

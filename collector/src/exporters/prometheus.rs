@@ -78,10 +78,11 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Serves the endpoint on `listener` until `cancel`.
+/// Serves the endpoint on `listener` until `cancel` (https only with `tls`).
 pub(crate) async fn serve(
     listener: TcpListener,
     sources_view: bool,
+    tls: Option<Arc<crate::tls::TlsListener>>,
     aggregator: Arc<Aggregator>,
     cancel: CancellationToken,
 ) {
@@ -100,6 +101,7 @@ pub(crate) async fn serve(
         LimitedListener::unlimited(listener),
         app,
         header_timeout,
+        tls,
         cancel,
     )
     .await;

@@ -26,9 +26,11 @@ use tonic::{Request, Response, Status};
 
 use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, response};
 use crate::aggregate::Aggregator;
+use crate::auth::BearerAuth;
 use crate::config::ReceiverLimits;
 use crate::net::LimitedListener;
 use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
+use crate::tls::TlsListener;
 
 /// The metrics service, by hand rather than generated: tonic hands it the request's
 /// raw (decompressed) bytes, which the aggregator reads without decoding them into
@@ -150,6 +152,42 @@ impl tonic::server::NamedService for Metrics {
     const NAME: &'static str = "opentelemetry.proto.collector.metrics.v1.MetricsService";
 }
 
+/// Refuses every request without the bearer token (`UNAUTHENTICATED`) before any
+/// service sees it.
+#[derive(Clone)]
+struct Authenticate<S> {
+    inner: S,
+    auth: Arc<BearerAuth>,
+}
+
+impl<S, B> Service<http::Request<B>> for Authenticate<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<tonic::body::Body>>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        futures_util::future::Either<std::future::Ready<Result<S::Response, S::Error>>, S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if self
+            .auth
+            .check(req.headers().get(http::header::AUTHORIZATION))
+        {
+            futures_util::future::Either::Right(self.inner.call(req))
+        } else {
+            futures_util::future::Either::Left(std::future::ready(Ok(Status::unauthenticated(
+                super::UNAUTHENTICATED,
+            )
+            .into_http())))
+        }
+    }
+}
+
 struct Refuse;
 
 #[tonic::async_trait]
@@ -204,6 +242,7 @@ fn account(
             RequestRefusal::Malformed
         }
         tonic::Code::ResourceExhausted | tonic::Code::OutOfRange => RequestRefusal::TooLarge,
+        tonic::Code::Unauthenticated => RequestRefusal::Unauthenticated,
         tonic::Code::Unimplemented if message.contains("metrics only") => {
             RequestRefusal::UnsupportedSignal
         }
@@ -241,11 +280,15 @@ fn percent_decode(s: &str) -> String {
 /// Serves OTLP/gRPC on `listener` until `cancel`: at most `limits.grpc_max_connections`
 /// connections, each request bounded by `limits.grpc_read_timeout`, idle connections
 /// probed with HTTP/2 pings. On `cancel` it stops accepting and lets requests in flight
-/// finish; the caller bounds that wait (`service.shutdown_timeout`).
+/// finish; the caller bounds that wait (`service.shutdown_timeout`). With `tls` the
+/// port is TLS-only; with `auth` every request needs the bearer token.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve(
     listener: TcpListener,
     max_message: usize,
     limits: ReceiverLimits,
+    tls: Option<Arc<TlsListener>>,
+    auth: Option<Arc<BearerAuth>>,
     aggregator: Arc<Aggregator>,
     stats: Arc<SelfMetrics>,
     cancel: CancellationToken,
@@ -256,17 +299,22 @@ pub(crate) async fn serve(
     };
     let traces = TraceServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
     let logs = LogsServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
-    let listener = Arc::new(LimitedListener::new(
+    let listener = LimitedListener::new(
         listener,
         limits.grpc_max_connections,
         Transport::Grpc,
         stats.clone(),
-    ));
-    let incoming = futures_util::stream::unfold(listener, |listener| async move {
-        let conn = listener.accept().await;
-        Some((Ok::<_, std::io::Error>(conn), listener))
-    });
-    let layer = tower::ServiceBuilder::new().map_response(move |resp| account(&stats, resp));
+    );
+    // A handshake gets what a request gets.
+    let incoming = crate::net::incoming(listener, tls, limits.grpc_read_timeout, cancel.clone());
+    let layer = tower::ServiceBuilder::new()
+        .map_response(move |resp| account(&stats, resp))
+        .option_layer(auth.map(|auth| {
+            tower::layer::layer_fn(move |inner| Authenticate {
+                inner,
+                auth: auth.clone(),
+            })
+        }));
     // Larger HTTP/2 windows: a 1,000-point request is ~130 KiB, over the 64 KiB default.
     let result = tonic::transport::Server::builder()
         .initial_stream_window_size(Some(2 * 1024 * 1024))

@@ -8,6 +8,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
@@ -18,9 +19,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, response};
 use crate::aggregate::Aggregator;
+use crate::auth::BearerAuth;
 use crate::config::ReceiverLimits;
 use crate::net::{LimitedListener, serve_http1};
 use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
+use crate::tls::TlsListener;
 
 /// `google.rpc.Status`, the body of OTLP/HTTP error responses.
 #[derive(Clone, PartialEq, prost::Message, serde::Serialize)]
@@ -52,6 +55,7 @@ struct AppState {
     stats: Arc<SelfMetrics>,
     max_body: usize,
     read_timeout: std::time::Duration,
+    auth: Option<Arc<BearerAuth>>,
 }
 
 fn encode<M: prost::Message + serde::Serialize>(
@@ -90,6 +94,7 @@ fn refuse(
         StatusCode::NOT_IMPLEMENTED | StatusCode::NOT_FOUND => 12,
         StatusCode::SERVICE_UNAVAILABLE => 14,
         StatusCode::REQUEST_TIMEOUT => 4,
+        StatusCode::UNAUTHORIZED => 16,
         _ => 3,
     };
     encode(encoding, status, &RpcStatus { code, message })
@@ -261,6 +266,32 @@ async fn unsupported(State(state): State<AppState>, headers: HeaderMap) -> Respo
     )
 }
 
+/// Refuses an OTLP request without the bearer token (401), before its body is read.
+async fn authenticate(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: Next,
+) -> Response {
+    if let Some(auth) = &state.auth
+        && !auth.check(request.headers().get(header::AUTHORIZATION))
+    {
+        state.stats.request(Transport::Http);
+        let encoding = request_encoding(request.headers()).unwrap_or(Encoding::Protobuf);
+        let mut response = refuse(
+            &state,
+            encoding,
+            StatusCode::UNAUTHORIZED,
+            RequestRefusal::Unauthenticated,
+            super::UNAUTHENTICATED.to_owned(),
+        );
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return response;
+    }
+    next.run(request).await
+}
+
 async fn healthz() -> &'static str {
     "ok\n"
 }
@@ -271,11 +302,15 @@ async fn healthz() -> &'static str {
 /// keep-alive) is closed, a body slower than `limits.http_read_timeout` gets 408. On
 /// `cancel` it stops accepting, lets requests in flight finish and closes idle
 /// connections; the caller bounds that wait (`service.shutdown_timeout`), and
-/// dropping this future drops every connection.
+/// dropping this future drops every connection. With `tls` the port is TLS-only; with
+/// `auth` the OTLP paths need the bearer token (`/healthz` and `/readyz` do not).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve(
     listener: TcpListener,
     max_body: usize,
     limits: ReceiverLimits,
+    tls: Option<Arc<TlsListener>>,
+    auth: Option<Arc<BearerAuth>>,
     aggregator: Arc<Aggregator>,
     stats: Arc<SelfMetrics>,
     cancel: CancellationToken,
@@ -285,11 +320,16 @@ pub(crate) async fn serve(
         stats: stats.clone(),
         max_body,
         read_timeout: limits.http_read_timeout,
+        auth,
     };
     let app = Router::new()
         .route("/v1/metrics", post(metrics))
         .route("/v1/traces", post(unsupported))
         .route("/v1/logs", post(unsupported))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            authenticate,
+        ))
         .route("/healthz", get(healthz))
         .route("/readyz", get(healthz))
         .layer(DefaultBodyLimit::disable())
@@ -300,5 +340,5 @@ pub(crate) async fn serve(
         Transport::Http,
         stats,
     );
-    serve_http1(listener, app, limits.http_read_header_timeout, cancel).await;
+    serve_http1(listener, app, limits.http_read_header_timeout, tls, cancel).await;
 }

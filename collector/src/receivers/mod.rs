@@ -25,6 +25,9 @@ pub(crate) fn response(result: &IngestResult) -> ExportMetricsServiceResponse {
 /// What a traces or logs request is told.
 pub(crate) const SIGNAL_NOT_SUPPORTED: &str = "higgsmeter-collector receives metrics only; send traces and logs to another OpenTelemetry collector";
 
+/// What a request without the bearer token is told (never what it sent).
+pub(crate) const UNAUTHENTICATED: &str = "missing or wrong bearer token: this receiver requires `authorization: Bearer <token>` (its auth.authenticator); nothing of this request was counted";
+
 /// What a request that arrives while the collector shuts down is told (it is not
 /// counted: the sender retries against the next process).
 pub(crate) const SHUTTING_DOWN: &str =

@@ -59,7 +59,17 @@ pub(crate) struct CollectorProcess {
 impl CollectorProcess {
     /// Starts the collector on ephemeral ports with an optional YAML config and extra flags.
     pub(crate) fn start(config_yaml: Option<&str>, extra: &[&str]) -> CollectorProcess {
+        Self::start_with_env(config_yaml, extra, &[])
+    }
+
+    /// [`start`](Self::start) with environment variables (e.g. a quieter `RUST_LOG`).
+    pub(crate) fn start_with_env(
+        config_yaml: Option<&str>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> CollectorProcess {
         let mut cmd = Command::new(collector_bin());
+        cmd.envs(env.iter().copied());
         cmd.args(EPHEMERAL_PORTS);
         if let Some(yaml) = config_yaml {
             let path = temp_dir("config").join("collector.yaml");
@@ -72,7 +82,7 @@ impl CollectorProcess {
         if !storage_set {
             cmd.arg("--storage").arg(temp_dir("state"));
         }
-        if std::env::var_os("RUST_LOG").is_none() {
+        if std::env::var_os("RUST_LOG").is_none() && !env.iter().any(|(k, _)| *k == "RUST_LOG") {
             cmd.env("RUST_LOG", "warn");
         }
         cmd.args(extra)
@@ -288,53 +298,66 @@ pub(crate) fn wait_for_or<T>(
 }
 
 /// The demo binary (`higgsmeter-examples`' `demo`), whose hidden `worker` subcommand is
-/// one simulated rank: `$HIGGSMETER_DEMO_BIN` if set, else built with cargo (once per
-/// test binary, same profile as the tests; a no-op when `cargo test --workspace` built
-/// it already). Cargo sets `CARGO_BIN_EXE_*` only for this package's own binaries.
+/// one simulated rank: `$HIGGSMETER_DEMO_BIN` if set, else built with cargo (see
+/// [`example_bin`]).
 pub(crate) fn demo_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(path) = std::env::var_os("HIGGSMETER_DEMO_BIN") {
-            return PathBuf::from(path);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.current_dir(repo_root()).args([
-            "build",
-            "--quiet",
-            "-p",
-            "higgsmeter-examples",
-            "--bin",
-            "demo",
-            "--message-format=json-render-diagnostics",
-        ]);
-        let release = std::env::current_exe()
-            .is_ok_and(|p| p.components().any(|c| c.as_os_str() == "release"));
-        if release {
-            cmd.arg("--release");
-        }
-        let out = cmd
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build -p higgsmeter-examples --bin demo");
-        assert!(
-            out.status.success(),
-            "cargo build -p higgsmeter-examples --bin demo failed ({}); to use a demo built \
-             elsewhere, set HIGGSMETER_DEMO_BIN to its path",
-            out.status
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .find(|msg| {
-                msg["target"]["name"] == "demo"
-                    && msg["target"]["kind"]
-                        .as_array()
-                        .is_some_and(|k| k.iter().any(|v| v == "bin"))
-            })
-            .and_then(|msg| msg["executable"].as_str().map(PathBuf::from))
-            .expect("cargo build reported the demo's executable")
+    BIN.get_or_init(|| match std::env::var_os("HIGGSMETER_DEMO_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => example_bin("demo"),
     })
+}
+
+/// A binary of `higgsmeter-examples`, built with cargo (once per test binary and name,
+/// same profile as the tests; a no-op when `cargo test --workspace` built it already).
+/// Cargo sets `CARGO_BIN_EXE_*` only for this package's own binaries.
+pub(crate) fn example_bin(name: &str) -> PathBuf {
+    static BINS: std::sync::Mutex<BTreeMap<String, PathBuf>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    let mut bins = BINS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(path) = bins.get(name) {
+        return path.clone();
+    }
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(repo_root()).args([
+        "build",
+        "--quiet",
+        "-p",
+        "higgsmeter-examples",
+        "--bin",
+        name,
+        "--message-format=json-render-diagnostics",
+    ]);
+    let release =
+        std::env::current_exe().is_ok_and(|p| p.components().any(|c| c.as_os_str() == "release"));
+    if release {
+        cmd.arg("--release");
+    }
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("run cargo build -p higgsmeter-examples --bin {name}: {e}"));
+    assert!(
+        out.status.success(),
+        "cargo build -p higgsmeter-examples --bin {name} failed ({})",
+        out.status
+    );
+    let path = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|msg| {
+            msg["target"]["name"] == name
+                && msg["target"]["kind"]
+                    .as_array()
+                    .is_some_and(|k| k.iter().any(|v| v == "bin"))
+        })
+        .and_then(|msg| msg["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo build reported no executable for {name}"));
+    bins.insert(name.to_owned(), path.clone());
+    path
 }
 
 /// Starts one simulated rank (the demo's hidden `worker` subcommand, `service.name`

@@ -36,7 +36,8 @@ pub const COLLECTOR_REQUESTS: Family = Family {
 /// `application/x-protobuf` nor `application/json`), `decompress` (truncated or corrupt
 /// gzip, or an unknown content encoding), `too_large` (over the configured maximum
 /// message size), `unsupported_signal` (traces or logs: this collector receives
-/// metrics only), `other`.
+/// metrics only), `unauthenticated` (no or a wrong bearer token, where the receiver
+/// asks for one), `other`.
 pub const COLLECTOR_REQUESTS_REFUSED: Family = Family {
     name: "higgsmeter_collector_requests_refused_total",
     kind: Kind::Counter,
@@ -158,6 +159,18 @@ pub const COLLECTOR_CONNECTIONS_REFUSED: Family = Family {
     buckets: &[],
 };
 
+/// `higgsmeter_collector_tls_handshakes_failed_total` (counter): TLS handshakes that
+/// failed on a TLS-only listener (a plaintext client, an untrusted or missing client
+/// certificate, a client that gave up), by listener (`grpc`, `http`, `prometheus`).
+pub const COLLECTOR_TLS_HANDSHAKES_FAILED: Family = Family {
+    name: "higgsmeter_collector_tls_handshakes_failed_total",
+    kind: Kind::Counter,
+    help: "TLS handshakes that failed on a TLS-only listener (plaintext client, untrusted or missing client certificate), by listener",
+    unit: "{handshake}",
+    labels: &["listener"],
+    buckets: &[],
+};
+
 /// Every family the collector exports about itself or derives for the fleet view.
 pub const COLLECTOR_FAMILIES: &[Family] = &[
     WORKER_SOURCES_IN_STATE,
@@ -172,4 +185,5 @@ pub const COLLECTOR_FAMILIES: &[Family] = &[
     COLLECTOR_EXPORT_DROPPED,
     COLLECTOR_CHECKPOINTS,
     COLLECTOR_CONNECTIONS_REFUSED,
+    COLLECTOR_TLS_HANDSHAKES_FAILED,
 ];

@@ -6,7 +6,8 @@
 //! code (which spells some names on purpose, to catch a change here), nothing else in
 //! the workspace spells a metric name as a raw string: the OpenTelemetry instrument
 //! names of the GPU families come from [`gpu_instrument_name`] or, for the one the
-//! collector's cluster view reads, [`HW_GPU_UTILIZATION_INSTRUMENT`].
+//! collector's cluster view reads, [`HW_GPU_UTILIZATION_INSTRUMENT`]; those of the lab
+//! session agent's families from [`session_instrument_name`].
 //!
 //! The worker states (`idle` 0, `io` 1, `cpu` 2, `gpu` 3, `warmup` 4, `startup` 5,
 //! `shutdown` 6) live here too, as [`State`] constants ([`STATES`]): the `state` label
@@ -44,12 +45,14 @@ mod activity;
 mod collector;
 mod engine;
 mod gpu;
+mod session;
 mod state;
 
 pub use activity::*;
 pub use collector::*;
 pub use engine::*;
 pub use gpu::*;
+pub use session::*;
 pub use state::*;
 
 /// The kind of instrument a family is recorded with.
@@ -106,11 +109,13 @@ pub const ALL_FAMILY_GROUPS: &[&[Family]] = &[
     ACTIVITY_FAMILIES,
     STATUS_FAMILIES,
     GPU_FAMILIES,
+    SESSION_FAMILIES,
     COLLECTOR_FAMILIES,
 ];
 
 /// Looks a family up by the name an OpenTelemetry SDK sends for it: its exposition
-/// name, or for a GPU family its dotted instrument name (`hw.gpu.utilization`).
+/// name, or for a GPU or session family its dotted instrument name
+/// (`hw.gpu.utilization`, `session.window.time`).
 ///
 /// ```
 /// use higgsmeter_catalog::{find_instrument, HW_GPU_UTILIZATION, WORKER_CURRENT_STATE};
@@ -120,11 +125,17 @@ pub const ALL_FAMILY_GROUPS: &[&[Family]] = &[
 /// assert_eq!(find_instrument("hw.gpu.nonsense"), None);
 /// ```
 pub fn find_instrument(name: &str) -> Option<&'static Family> {
+    const DOTTED: [(&[Family], &[&str]); 2] = [
+        (GPU_FAMILIES, gpu::GPU_INSTRUMENT_NAMES),
+        (SESSION_FAMILIES, session::SESSION_INSTRUMENT_NAMES),
+    ];
     find(name).or_else(|| {
-        gpu::GPU_INSTRUMENT_NAMES
-            .iter()
-            .position(|otel| *otel == name)
-            .and_then(|i| GPU_FAMILIES.get(i))
+        DOTTED.iter().find_map(|(families, names)| {
+            names
+                .iter()
+                .position(|otel| *otel == name)
+                .and_then(|i| families.get(i))
+        })
     })
 }
 

@@ -71,6 +71,18 @@ pub enum Error {
         source: opentelemetry_otlp::ExporterBuildError,
     },
 
+    /// A TLS file named by a variable or builder setting cannot be used.
+    #[cfg(feature = "otlp")]
+    #[error("cannot use {name}={path}: {reason}")]
+    TlsFile {
+        /// The variable (or its builder setting).
+        name: &'static str,
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        reason: String,
+    },
+
     /// The OTLP span exporter could not be built.
     #[cfg(feature = "traces")]
     #[error("could not build the OTLP span exporter for {endpoint}: {source}")]

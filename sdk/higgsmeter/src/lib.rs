@@ -58,6 +58,7 @@
 //! | feature | default | what it adds |
 //! |---|---|---|
 //! | `otlp` | yes | OTLP push over gRPC (tonic) and HTTP/protobuf; implies `sdk` |
+//! | `tls` | yes | TLS for the OTLP push (rustls with aws-lc-rs, no OpenSSL): `https://` endpoints and the certificate variables; implies `otlp` |
 //! | `prometheus` | yes | the in-process Prometheus endpoint; implies `sdk` |
 //! | `sdk` | via the above | [`init()`], [`Telemetry`]: the OpenTelemetry SDK wiring |
 //! | `traces` | yes | with `OTEL_TRACES_EXPORTER=otlp`, `init()` exports spans through tracing-opentelemetry over OTLP; implies `otlp` |
@@ -69,13 +70,16 @@
 //!
 //! # Environment variables
 //!
-//! Read by [`init()`]; builder settings win over them.
+//! Read by [`init()`]; builder settings win over them. Each `OTEL_EXPORTER_OTLP_*`
+//! variable also has its `OTEL_EXPORTER_OTLP_METRICS_*` form, which wins over it.
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` | where to push OTLP; OTLP is on when one is set | off |
 //! | `OTEL_EXPORTER_OTLP_PROTOCOL` | `grpc` or `http/protobuf` | `http/protobuf` |
-//! | `OTEL_EXPORTER_OTLP_HEADERS` | `key=value,...` sent with every export | none |
+//! | `OTEL_EXPORTER_OTLP_HEADERS` | `key=value,...` sent with every export (values URL-encoded: `authorization=Bearer%20<token>`) | none |
+//! | `OTEL_EXPORTER_OTLP_CERTIFICATE` | CA certificate(s), PEM, that verify an `https://` endpoint (only these) | the system's roots |
+//! | `OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE`, `OTEL_EXPORTER_OTLP_CLIENT_KEY` | a client certificate and its key, PEM, for mutual TLS | none |
 //! | `OTEL_METRIC_EXPORT_INTERVAL` | push interval, milliseconds | `1000` (the catalog's `STATUS_INTERVAL_S`) |
 //! | `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` | `cumulative`, `delta` or `lowmemory` | `cumulative` |
 //! | `OTEL_SERVICE_NAME` | `service.name` | the executable's name |

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use opentelemetry::KeyValue;
@@ -73,6 +74,7 @@ pub struct TelemetryBuilder {
     pub(crate) otlp_endpoint: Option<String>,
     pub(crate) otlp_protocol: Option<Protocol>,
     pub(crate) otlp_headers: HashMap<String, String>,
+    otlp_tls: TlsFiles,
     pub(crate) traces: crate::traces::TracesConfig,
     export_interval: Option<Duration>,
     temporality: Option<Temporality>,
@@ -108,6 +110,7 @@ impl Default for TelemetryBuilder {
             otlp_endpoint: None,
             otlp_protocol: None,
             otlp_headers: HashMap::new(),
+            otlp_tls: TlsFiles::default(),
             traces: Default::default(),
             export_interval: None,
             temporality: None,
@@ -161,6 +164,27 @@ impl TelemetryBuilder {
     /// Adds a header (gRPC metadata) to every OTLP export.
     pub fn with_otlp_header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.otlp_headers.insert(key.into(), value.into());
+        self
+    }
+
+    /// The CA certificate (PEM file) that verifies the OTLP endpoint's certificate
+    /// (over `OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE` / `OTEL_EXPORTER_OTLP_CERTIFICATE`;
+    /// default: the system's roots). Needs the `tls` feature.
+    pub fn with_otlp_certificate(mut self, ca_pem_file: impl Into<PathBuf>) -> Self {
+        self.otlp_tls.certificate = Some(ca_pem_file.into());
+        self
+    }
+
+    /// A client certificate and its key (PEM files) for an endpoint that asks for one,
+    /// mutual TLS (over `OTEL_EXPORTER_OTLP_[METRICS_]CLIENT_CERTIFICATE` and
+    /// `_CLIENT_KEY`). Needs the `tls` feature.
+    pub fn with_otlp_client_certificate(
+        mut self,
+        cert_pem_file: impl Into<PathBuf>,
+        key_pem_file: impl Into<PathBuf>,
+    ) -> Self {
+        self.otlp_tls.client_certificate = Some(cert_pem_file.into());
+        self.otlp_tls.client_key = Some(key_pem_file.into());
         self
     }
 
@@ -422,6 +446,9 @@ pub(crate) struct OtlpSettings {
     pub(crate) endpoint: Option<String>,
     pub(crate) protocol: Protocol,
     pub(crate) headers: HashMap<String, String>,
+    /// Whether the endpoint in effect is `https://`.
+    pub(crate) https: bool,
+    pub(crate) tls: TlsFiles,
     pub(crate) interval: Duration,
     pub(crate) temporality: Option<Temporality>,
 }
@@ -432,6 +459,24 @@ struct Settings {
     otlp: Option<OtlpSettings>,
     prometheus_addr: Option<SocketAddr>,
     traces: Option<crate::traces::TraceSettings>,
+}
+
+/// The OTLP connection's TLS files.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TlsFiles {
+    /// CA certificate(s) verifying the endpoint.
+    pub(crate) certificate: Option<PathBuf>,
+    /// Client certificate (mutual TLS).
+    pub(crate) client_certificate: Option<PathBuf>,
+    /// The client certificate's key.
+    pub(crate) client_key: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// Whether any file is set.
+    pub(crate) fn any(&self) -> bool {
+        self.certificate.is_some() || self.client_certificate.is_some() || self.client_key.is_some()
+    }
 }
 
 pub(crate) fn env(read: bool, name: &str) -> Option<String> {
@@ -497,10 +542,32 @@ impl Settings {
                 Protocol::HttpProtobuf => http_metrics_url(e),
                 Protocol::Grpc => e.clone(),
             });
+            // The endpoint in effect (the OTLP exporter reads the variables itself).
+            let https = b
+                .otlp_endpoint
+                .clone()
+                .or_else(|| env(read, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"))
+                .or_else(|| env(read, "OTEL_EXPORTER_OTLP_ENDPOINT"))
+                .is_some_and(|e| e.trim().to_ascii_lowercase().starts_with("https://"));
+            let file = |set: &Option<PathBuf>, var: &str| {
+                set.clone().or_else(|| {
+                    env(read, &format!("OTEL_EXPORTER_OTLP_METRICS_{var}"))
+                        .or_else(|| env(read, &format!("OTEL_EXPORTER_OTLP_{var}")))
+                        .map(PathBuf::from)
+                })
+            };
+            let t = &b.otlp_tls;
+            let tls = TlsFiles {
+                certificate: file(&t.certificate, "CERTIFICATE"),
+                client_certificate: file(&t.client_certificate, "CLIENT_CERTIFICATE"),
+                client_key: file(&t.client_key, "CLIENT_KEY"),
+            };
             Some(OtlpSettings {
                 endpoint,
                 protocol,
                 headers: b.otlp_headers.clone(),
+                https,
+                tls,
                 interval,
                 temporality,
             })
@@ -783,6 +850,14 @@ impl Telemetry {
             Some(provider) => layer.with_meter(&provider.meter("higgsmeter")),
             None => layer,
         }
+    }
+
+    /// The NVML GPU meter `init()` started, if it did: its
+    /// [`readings`](higgsmeter_nvml::NvmlMeter::readings) feed other in-process consumers
+    /// (the lab session agent) without opening NVML a second time.
+    #[cfg(feature = "nvml")]
+    pub fn gpu_meter(&self) -> Option<&higgsmeter_nvml::NvmlMeter> {
+        self.gpu.as_ref()
     }
 
     /// Where the Prometheus endpoint listens, if it is on (the bound address: useful

@@ -80,6 +80,7 @@
 mod error;
 mod instruments;
 mod meter;
+mod readings;
 mod sampler;
 mod session;
 mod source;
@@ -90,3 +91,4 @@ pub use meter::{
     DEFAULT_ACTIVE_THRESHOLD, DEFAULT_INTERVAL, DEFAULT_LIBRARY, GpuDevice, LIBRARY_ENV,
     MIN_INTERVAL, NvmlMeter, NvmlMeterBuilder,
 };
+pub use readings::{GpuReading, GpuReadings};

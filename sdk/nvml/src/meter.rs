@@ -291,6 +291,12 @@ impl NvmlMeter {
         &self.devices
     }
 
+    /// A handle on the readings of the last sample, for another consumer in this process
+    /// (the lab session agent) that must not open NVML a second time.
+    pub fn readings(&self) -> crate::GpuReadings {
+        crate::GpuReadings::new(Arc::clone(&self.shared))
+    }
+
     /// Takes a sample now, on the calling thread, in addition to the schedule: before a
     /// final export, or to read the GPUs at a point of interest. It waits for a sample
     /// in progress on the sampler thread.

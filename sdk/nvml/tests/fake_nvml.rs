@@ -96,6 +96,16 @@ fn gauges() {
     assert_eq!(value(&points, "hw.gpu.utilization", &gpu1), 0.0);
 
     assert_eq!(value(&points, "hw.gpu.memory.usage", &gpu0), 40e9);
+
+    // The read handle other in-process consumers use sees the same sample, and nothing
+    // once the meter stops.
+    let readings = meter.readings();
+    let latest = readings.latest();
+    assert_eq!(latest.len(), 2);
+    assert_eq!(latest[0].device.uuid, gpu0);
+    assert_eq!(latest[0].utilization, Some(0.42));
+    assert_eq!(latest[0].memory_used, Some(40_000_000_000));
+    assert_eq!(latest[1].utilization, Some(0.0));
     assert_eq!(value(&points, "hw.gpu.memory.limit", &gpu0), 80e9);
     assert_eq!(value(&points, "hw.gpu.memory.utilization", &gpu0), 0.5);
     assert_eq!(value(&points, "hw.power", &gpu0), 123.456);
@@ -161,6 +171,8 @@ fn gauges() {
     assert_eq!(active[0].kind, "counter");
     assert!(active[0].value >= 0.0);
     assert!(value(&points, "hw.gpu.session.time_to_first_active", &gpu0) >= 0.0);
+    drop(meter);
+    assert!(readings.latest().is_empty());
 }
 
 #[test]

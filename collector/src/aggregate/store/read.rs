@@ -9,7 +9,8 @@ use higgsmeter_catalog::{
     COLLECTOR_CHECKPOINTS, COLLECTOR_CONNECTIONS_REFUSED, COLLECTOR_EXPORT_DROPPED,
     COLLECTOR_EXPORT_QUEUE_DEPTH, COLLECTOR_EXPORTS, COLLECTOR_POINTS_RECEIVED,
     COLLECTOR_POINTS_REFUSED, COLLECTOR_REQUESTS, COLLECTOR_REQUESTS_REFUSED, COLLECTOR_SERIES,
-    COLLECTOR_SOURCES, Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
+    COLLECTOR_SOURCES, COLLECTOR_TLS_HANDSHAKES_FAILED, Family, WORKER_CURRENT_STATE,
+    WORKER_SOURCES_IN_STATE,
 };
 
 use super::super::cluster::{ClusterReading, SourceReading, rank_order};
@@ -18,7 +19,7 @@ use super::super::naming::render_labels;
 use super::super::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row, RowValue, Rows};
 use super::super::{RefusalReason, View};
 use super::{FleetValue, Store, TARGET_INFO, Value, value_string};
-use crate::self_metrics::{ExporterKind, RequestRefusal, SelfMetrics, Transport};
+use crate::self_metrics::{ExporterKind, Listener, RequestRefusal, SelfMetrics, Transport};
 
 /// One row of a view, before liveness and value checks.
 #[derive(Clone, Copy)]
@@ -296,6 +297,11 @@ const SELF_FAMILIES: &[(&Family, ReadSamples)] = &[
     }),
     (&COLLECTOR_SOURCES, |_, store, now, emit| {
         emit(&[], store.live_sources(now) as f64);
+    }),
+    (&COLLECTOR_TLS_HANDSHAKES_FAILED, |s, _, _, emit| {
+        for l in Listener::ALL {
+            emit(&[l.as_str()], get(&s.tls_handshakes_failed[l as usize]));
+        }
     }),
 ];
 
