@@ -63,7 +63,8 @@ pub fn step_span(component: &str, graph_walk: &str, batch_size: Option<u64>) -> 
         "mstar_step",
         component = component,
         graph_walk = graph_walk,
-        batch_size = batch_size,
+        // As i64: a trace backend gets a number (tracing-opentelemetry records u64 as text).
+        batch_size = batch_size.map(saturating_i64),
     )
 }
 
@@ -81,8 +82,13 @@ pub fn transfer_span(src: &str, dst: &str, transport: &str, bytes: Option<u64>) 
         src = src,
         dst = dst,
         transport = transport,
-        bytes = bytes,
+        bytes = bytes.map(saturating_i64),
     )
+}
+
+#[inline]
+fn saturating_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 /// Every engine instrument, built once from the catalog.

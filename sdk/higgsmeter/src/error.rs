@@ -83,6 +83,17 @@ pub enum Error {
         reason: String,
     },
 
+    /// The OTLP span exporter could not be built.
+    #[cfg(feature = "traces")]
+    #[error("could not build the OTLP span exporter for {endpoint}: {source}")]
+    OtlpTraces {
+        /// The endpoint it was built for.
+        endpoint: String,
+        /// The exporter's error.
+        #[source]
+        source: opentelemetry_otlp::ExporterBuildError,
+    },
+
     /// The Prometheus endpoint could not bind its address.
     #[cfg(feature = "prometheus")]
     #[error(

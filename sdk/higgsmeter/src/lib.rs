@@ -61,6 +61,7 @@
 //! | `tls` | yes | TLS for the OTLP push (rustls with aws-lc-rs, no OpenSSL): `https://` endpoints and the certificate variables; implies `otlp` |
 //! | `prometheus` | yes | the in-process Prometheus endpoint; implies `sdk` |
 //! | `sdk` | via the above | [`init()`], [`Telemetry`]: the OpenTelemetry SDK wiring |
+//! | `traces` | yes | with `OTEL_TRACES_EXPORTER=otlp`, `init()` exports spans through tracing-opentelemetry over OTLP; implies `otlp` |
 //! | `nvml` | no | `init()` starts the in-process NVML GPU meter (`higgsmeter-nvml`): GPU gauges, session counters, GPU-active time by worker state |
 //!
 //! A library that only instruments depends on `higgsmeter` with
@@ -87,6 +88,35 @@
 //! | `HIGGSMETER_PROMETHEUS_ADDR` | serve `/metrics` here, e.g. `127.0.0.1:9464` | off |
 //! | `RANK`, `WORLD_SIZE`, `LOCAL_RANK` | resource attributes `rank`, `world_size`, `local_rank` | unset |
 //! | `RUST_LOG` | what higgsmeter's own log (stderr) shows, e.g. `warn,higgsmeter=info` | `warn` |
+//! | `OTEL_TRACES_EXPORTER` | `otlp`: also export spans (`traces` feature); `none`: don't | off |
+//! | `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` | where spans go, used as given | `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` appended for HTTP), else the exporter's default |
+//! | `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` | the spans' protocol | `OTEL_EXPORTER_OTLP_PROTOCOL` |
+//! | `OTEL_EXPORTER_OTLP_TRACES_HEADERS` | headers of span exports only (read by the OTLP exporter, with `OTEL_EXPORTER_OTLP_HEADERS`) | none |
+//! | `OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG` | `always_on`, `always_off` (installs no trace layer), `traceidratio`, `parentbased_always_on`, `parentbased_always_off`, `parentbased_traceidratio`; the ratio, 0 to 1 | `parentbased_always_on`, ratio 1 |
+//! | `OTEL_BSP_MAX_QUEUE_SIZE`, `OTEL_BSP_SCHEDULE_DELAY`, `OTEL_BSP_MAX_EXPORT_BATCH_SIZE`, `OTEL_BSP_EXPORT_TIMEOUT` | the batch span processor (read by the OpenTelemetry SDK): spans held (more are dropped and counted), ms between pushes, spans per push, ms per push | 2048, 5000, 512, 30000 |
+//!
+//! # Traces
+//!
+//! With traces on, every state scope, `#[track_state]` call, [`step_span`],
+//! [`transfer_span`] and span of yours at `INFO` and above becomes one OpenTelemetry span,
+//! nested as in the code, under the metrics' resource. A [`StateScope`] guard makes its
+//! span the current one on its thread while it lives, so spans opened inside nest under
+//! it; in async code, instrument the future instead (the guard is not `Send`):
+//!
+//! ```no_run
+//! use higgsmeter::{AppState, state_tracker};
+//! use tracing::Instrument;
+//! # async fn fetch() {}
+//! # async fn run() {
+//! fetch().instrument(state_tracker().span(AppState::Io, "fetch")).await;
+//! # }
+//! ```
+//!
+//! Spans leave through a batch processor with a bounded queue: a full queue drops and
+//! counts ([`Telemetry::trace_counts`]), it never blocks the worker. The [`Telemetry`]
+//! guard exports what is left when it drops. Builder settings:
+//! [`TelemetryBuilder::with_traces`] and the `with_traces_*` and
+//! `with_otlp_traces_endpoint` setters.
 //!
 //! # Supported Rust version
 //!
@@ -108,6 +138,8 @@ mod state;
 mod subscriber;
 #[cfg(feature = "sdk")]
 mod telemetry;
+#[cfg(feature = "sdk")]
+mod traces;
 mod tracker;
 
 pub use clock::{Clock, ManualClock};
@@ -124,6 +156,8 @@ pub use span::{OPERATION_FIELD, STATE_FIELD, STATE_SPAN_TARGET, TRACKER_FIELD};
 pub use state::AppState;
 #[cfg(feature = "sdk")]
 pub use telemetry::{Protocol, Telemetry, TelemetryBuilder, init};
+#[cfg(feature = "traces")]
+pub use traces::{TraceCounts, TraceLayer};
 pub use tracker::{Snapshot, SnapshotEntry, StateScope, Tracker, enable_tracker, state_tracker};
 
 /// The metric catalog (re-exported `higgsmeter-catalog`).

@@ -21,15 +21,29 @@ pub const OPERATION_FIELD: &str = "operation";
 /// tracker the layer accounts for.
 pub const TRACKER_FIELD: &str = "higgsmeter.tracker";
 
-/// Creates a state span for a tracker (an idle, disabled span when no subscriber wants it).
+/// Creates a state span for a tracker (an idle, disabled span when no subscriber wants
+/// it), named after its state (`gpu`, `io`, …), so that a trace shows what each span is.
 #[inline]
 pub(crate) fn state_span(tracker: u64, state: AppState, operation: &str) -> tracing::Span {
-    tracing::span!(
-        target: "higgsmeter::state",
-        tracing::Level::INFO,
-        "state",
-        state = state.as_str(),
-        operation = operation,
-        higgsmeter.tracker = tracker,
-    )
+    macro_rules! state_span {
+        ($name:literal) => {
+            tracing::span!(
+                target: "higgsmeter::state",
+                tracing::Level::INFO,
+                $name,
+                state = state.as_str(),
+                operation = operation,
+                higgsmeter.tracker = tracker,
+            )
+        };
+    }
+    match state {
+        AppState::Idle => state_span!("idle"),
+        AppState::Io => state_span!("io"),
+        AppState::Cpu => state_span!("cpu"),
+        AppState::Gpu => state_span!("gpu"),
+        AppState::Warmup => state_span!("warmup"),
+        AppState::Startup => state_span!("startup"),
+        AppState::Shutdown => state_span!("shutdown"),
+    }
 }

@@ -18,16 +18,18 @@ use tracing_subscriber::registry::{LookupSpan, Registry};
 
 use crate::engine::EngineRecorders;
 use crate::layer::{Activity, is_activity_callsite};
+use crate::traces::{TraceFilter, TracePipeline};
 use crate::tracker::Tracker;
 
 /// The subscriber `init()` installs as the global default: state spans into
 /// `tracker`, step and transfer spans into `meter`'s instruments (the global meter's
-/// when `None`), and, with a filter (`init()` reads it from `RUST_LOG`), the log
-/// events it enables to stderr.
+/// when `None`), with a filter (`init()` reads it from `RUST_LOG`), the log events it
+/// enables to stderr, and with a trace pipeline, the spans its filter enables to it.
 pub(crate) fn subscriber(
     tracker: &Tracker,
     log: Option<LogFilter>,
     meter: Option<&opentelemetry::metrics::Meter>,
+    traces: Option<&TracePipeline>,
 ) -> impl Subscriber + Send + Sync + 'static {
     let filter = log;
     let log = filter.clone().map(|filter| LogLayer {
@@ -40,7 +42,11 @@ pub(crate) fn subscriber(
         log,
         Activity::new(tracker.clone(), meter.map(EngineRecorders::new)),
     )
-    .and_then(Gate { log: filter });
+    .and_then(traces.map(|t| t.layer()))
+    .and_then(Gate {
+        log: filter,
+        traces: traces.map(TracePipeline::filter),
+    });
     tracing_subscriber::registry().with(layers)
 }
 
@@ -84,12 +90,15 @@ impl LogFilter {
 /// decides for all of them: activity spans, and what the log filter enables.
 struct Gate {
     log: Option<LogFilter>,
+    traces: Option<TraceFilter>,
 }
 
 impl Gate {
     #[inline]
     fn wants(&self, meta: &Metadata<'_>) -> bool {
-        is_activity_callsite(meta) || self.log.as_ref().is_some_and(|log| log.enables(meta))
+        is_activity_callsite(meta)
+            || self.log.as_ref().is_some_and(|log| log.enables(meta))
+            || self.traces.as_ref().is_some_and(|t| t.enables(meta))
     }
 }
 
@@ -160,7 +169,7 @@ mod tests {
     #[test]
     fn state_spans_pass_the_gate_and_move_the_timeline() {
         let tracker = Tracker::new();
-        let subscriber = subscriber(&tracker, warn_only(), None);
+        let subscriber = subscriber(&tracker, warn_only(), None, None);
         tracing::subscriber::with_default(subscriber, || {
             let scope = tracker.scope(AppState::Gpu, "inference");
             assert!(!scope.span().is_disabled());
@@ -175,13 +184,13 @@ mod tests {
     #[test]
     fn the_gate_keeps_off_what_no_layer_wants() {
         let tracker = Tracker::new();
-        tracing::subscriber::with_default(subscriber(&tracker, warn_only(), None), || {
+        tracing::subscriber::with_default(subscriber(&tracker, warn_only(), None, None), || {
             assert!(tracing::info_span!("other", request = 7u64).is_disabled());
             assert!(!tracing::warn_span!("logged").is_disabled());
             assert!(!crate::step_span("decoder", "decode", None).is_disabled());
         });
         // Without the log, only activity spans pass.
-        tracing::subscriber::with_default(subscriber(&tracker, None, None), || {
+        tracing::subscriber::with_default(subscriber(&tracker, None, None, None), || {
             assert!(tracing::error_span!("other").is_disabled());
             assert!(!crate::transfer_span("a", "b", "shm", None).is_disabled());
         });

@@ -37,7 +37,7 @@ pub enum Protocol {
 }
 
 impl Protocol {
-    fn parse(value: &str) -> Result<Protocol, Error> {
+    pub(crate) fn parse(value: &str) -> Result<Protocol, Error> {
         match value.trim() {
             "grpc" => Ok(Protocol::Grpc),
             "http/protobuf" => Ok(Protocol::HttpProtobuf),
@@ -71,10 +71,11 @@ pub struct TelemetryBuilder {
     tracker: Tracker,
     service_name: Option<String>,
     attributes: Vec<KeyValue>,
-    otlp_endpoint: Option<String>,
-    otlp_protocol: Option<Protocol>,
-    otlp_headers: HashMap<String, String>,
+    pub(crate) otlp_endpoint: Option<String>,
+    pub(crate) otlp_protocol: Option<Protocol>,
+    pub(crate) otlp_headers: HashMap<String, String>,
     otlp_tls: TlsFiles,
+    pub(crate) traces: crate::traces::TracesConfig,
     export_interval: Option<Duration>,
     temporality: Option<Temporality>,
     prometheus_addr: Option<SocketAddr>,
@@ -94,6 +95,7 @@ impl fmt::Debug for TelemetryBuilder {
             .field("otlp_protocol", &self.otlp_protocol)
             .field("export_interval", &self.export_interval)
             .field("prometheus_addr", &self.prometheus_addr)
+            .field("traces", &self.traces)
             .field("install_subscriber", &self.install_subscriber)
             .finish_non_exhaustive()
     }
@@ -109,6 +111,7 @@ impl Default for TelemetryBuilder {
             otlp_protocol: None,
             otlp_headers: HashMap::new(),
             otlp_tls: TlsFiles::default(),
+            traces: Default::default(),
             export_interval: None,
             temporality: None,
             prometheus_addr: None,
@@ -211,7 +214,9 @@ impl TelemetryBuilder {
     /// `OTEL_EXPORTER_OTLP_PROTOCOL`, `OTEL_EXPORTER_OTLP_HEADERS`,
     /// `OTEL_METRIC_EXPORT_INTERVAL`, `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`,
     /// `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SDK_DISABLED`,
-    /// `HIGGSMETER_PROMETHEUS_ADDR`) nor `RANK`, `WORLD_SIZE` and `LOCAL_RANK`: only the
+    /// `HIGGSMETER_PROMETHEUS_ADDR`, and for traces `OTEL_TRACES_EXPORTER`,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`,
+    /// `OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`) nor `RANK`, `WORLD_SIZE` and `LOCAL_RANK`: only the
     /// `with_*` settings count. It does not shut the process off from its environment;
     /// others still read:
     ///
@@ -221,6 +226,9 @@ impl TelemetryBuilder {
     ///   `OTEL_EXPORTER_OTLP_COMPRESSION` (and their `_METRICS_` forms), and
     ///   `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE` unless
     ///   [`with_temporality`](Self::with_temporality) is called;
+    /// - with traces on, the OTLP span exporter (`OTEL_EXPORTER_OTLP_TRACES_HEADERS`,
+    ///   `_TRACES_TIMEOUT`, `_TRACES_COMPRESSION` and the shared forms) and the
+    ///   OpenTelemetry SDK's batch span processor (`OTEL_BSP_*`);
     /// - the NVML meter (`nvml` feature): `HIGGSMETER_NVML_LIBRARY` and
     ///   `CUDA_VISIBLE_DEVICES` (turn the meter off with
     ///   [`with_gpu_meter(false)`](Self::with_gpu_meter));
@@ -286,8 +294,8 @@ impl TelemetryBuilder {
         let tracker = self.tracker.clone();
 
         if settings.disabled {
-            let subscriber_installed =
-                self.install_subscriber && install_subscriber(&tracker, self.log_to_stderr, None)?;
+            let subscriber_installed = self.install_subscriber
+                && install_subscriber(&tracker, self.log_to_stderr, None, None)?;
             return Ok(Telemetry {
                 tracker,
                 provider: None,
@@ -295,11 +303,14 @@ impl TelemetryBuilder {
                 runtime: None,
                 prometheus: None,
                 gpu: None,
+                traces: None,
                 subscriber_installed,
             });
         }
 
-        let needs_runtime = settings.otlp.is_some() || settings.prometheus_addr.is_some();
+        let needs_runtime = settings.otlp.is_some()
+            || settings.prometheus_addr.is_some()
+            || settings.traces.is_some();
         let runtime = if needs_runtime {
             Some(
                 tokio::runtime::Builder::new_multi_thread()
@@ -320,9 +331,31 @@ impl TelemetryBuilder {
         let otlp = settings.otlp.clone();
         let extra_readers = self.extra_readers;
         let prometheus_addr = settings.prometheus_addr;
+        let traces = settings.traces.clone();
         let built = std::thread::Builder::new()
             .name("higgsmeter-init".into())
-            .spawn(move || build_provider(resource, otlp, extra_readers, prometheus_addr, handle))
+            .spawn(move || {
+                let _entered = handle.as_ref().map(|h| h.enter());
+                let traces = traces
+                    .map(|t| crate::traces::TracePipeline::start(t, &resource))
+                    .transpose()?;
+                match build_provider(
+                    resource,
+                    otlp,
+                    extra_readers,
+                    prometheus_addr,
+                    handle.clone(),
+                ) {
+                    Ok(built) => Ok((built, traces)),
+                    Err(e) => {
+                        // Shut down off this thread, outside the runtime's context.
+                        if let Some(traces) = traces {
+                            traces.shutdown();
+                        }
+                        Err(e)
+                    }
+                }
+            })
             .map_err(Error::Runtime)?
             .join()
             .unwrap_or_else(|_| {
@@ -330,7 +363,7 @@ impl TelemetryBuilder {
                     "provider build panicked",
                 )))
             })?;
-        let (provider, prometheus_registry) = built;
+        let ((provider, prometheus_registry), traces) = built;
         let meter = provider.meter("higgsmeter");
         // From here on, a failure drops this guard, which shuts the exporters and the
         // runtime down off the caller's thread, as on a normal exit.
@@ -341,6 +374,7 @@ impl TelemetryBuilder {
             runtime,
             prometheus: None,
             gpu: None,
+            traces,
             subscriber_installed: false,
         };
 
@@ -356,7 +390,12 @@ impl TelemetryBuilder {
         let _ = prometheus_registry;
 
         telemetry.subscriber_installed = self.install_subscriber
-            && install_subscriber(&telemetry.tracker, self.log_to_stderr, Some(&meter))?;
+            && install_subscriber(
+                &telemetry.tracker,
+                self.log_to_stderr,
+                Some(&meter),
+                telemetry.traces.as_ref(),
+            )?;
         telemetry.instruments = Some(register_activity_instruments(
             &meter,
             telemetry.tracker.clone(),
@@ -387,9 +426,10 @@ fn install_subscriber(
     tracker: &Tracker,
     log_to_stderr: bool,
     meter: Option<&opentelemetry::metrics::Meter>,
+    traces: Option<&crate::traces::TracePipeline>,
 ) -> Result<bool, Error> {
     let log = log_to_stderr.then(crate::subscriber::LogFilter::from_env);
-    let subscriber = crate::subscriber::subscriber(tracker, log, meter);
+    let subscriber = crate::subscriber::subscriber(tracker, log, meter, traces);
     tracing::subscriber::set_global_default(subscriber).map_err(|_| Error::SubscriberAlreadySet)?;
     Ok(true)
 }
@@ -418,6 +458,7 @@ struct Settings {
     resource: Resource,
     otlp: Option<OtlpSettings>,
     prometheus_addr: Option<SocketAddr>,
+    traces: Option<crate::traces::TraceSettings>,
 }
 
 /// The OTLP connection's TLS files.
@@ -438,7 +479,7 @@ impl TlsFiles {
     }
 }
 
-fn env(read: bool, name: &str) -> Option<String> {
+pub(crate) fn env(read: bool, name: &str) -> Option<String> {
     if !read {
         return None;
     }
@@ -571,6 +612,7 @@ impl Settings {
             resource: resource(b, read)?,
             otlp,
             prometheus_addr,
+            traces: crate::traces::resolve(b, read)?,
         })
     }
 }
@@ -729,6 +771,7 @@ pub struct Telemetry {
     runtime: Option<tokio::runtime::Runtime>,
     prometheus: Option<PromHandle>,
     gpu: Option<GpuMeter>,
+    pub(crate) traces: Option<crate::traces::TracePipeline>,
     subscriber_installed: bool,
 }
 
@@ -773,6 +816,7 @@ impl fmt::Debug for Telemetry {
             .field("prometheus_addr", &self.prometheus_addr())
             .field("prometheus_endpoint", &self.prometheus.is_some())
             .field("gpu_meter", &self.gpu.is_some())
+            .field("traces", &self.traces.is_some())
             .field("subscriber_installed", &self.subscriber_installed)
             .finish_non_exhaustive()
     }
@@ -832,6 +876,9 @@ impl Telemetry {
     /// Exports now, to every push exporter, blocking until done (at most the exporters'
     /// timeouts). Errors are logged, never returned: tracking never fails.
     pub fn force_flush(&self) {
+        if let Some(traces) = &self.traces {
+            traces.force_flush();
+        }
         if let Some(provider) = &self.provider {
             let provider = provider.clone();
             let done = std::thread::Builder::new()
@@ -859,6 +906,9 @@ impl Drop for Telemetry {
         #[cfg(feature = "prometheus")]
         if let Some(prom) = self.prometheus.take() {
             prom.stop();
+        }
+        if let Some(traces) = self.traces.take() {
+            traces.shutdown(); // every span closed by now is exported or counted
         }
         let instruments = self.instruments.take();
         if let Some(provider) = self.provider.take() {

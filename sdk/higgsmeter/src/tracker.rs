@@ -194,6 +194,14 @@ impl Tracker {
     /// [`STATE_SPAN_TARGET`](crate::STATE_SPAN_TARGET), fields `state` and `operation`),
     /// accounted by this tracker's [`ActivityLayer`](crate::ActivityLayer).
     ///
+    /// While traces are on ([`TelemetryBuilder::with_traces`](crate::TelemetryBuilder)),
+    /// the guard also makes its span the current span on this thread, as
+    /// `Span::entered` does, so the spans opened inside nest under it. That is why the
+    /// guard cannot move to another thread, and why an `async fn` must not hold it
+    /// across an `.await`: instrument the future with [`span`](Tracker::span) instead,
+    /// `fut.instrument(tracker.span(AppState::Io, "fetch")).await` (what
+    /// `#[track_state]` does for an `async fn`).
+    ///
     /// ```
     /// # use higgsmeter::{AppState, state_tracker};
     /// # fn run_inference() {}
@@ -207,12 +215,17 @@ impl Tracker {
     pub fn scope(&self, state: AppState, operation: &str) -> StateScope {
         if !self.is_enabled() {
             return StateScope {
-                span: tracing::Span::none(),
+                span: ScopeSpan::Open(tracing::Span::none()),
             };
         }
         self.emit_warnings();
+        let span = span::state_span(self.id(), state, operation);
         StateScope {
-            span: span::state_span(self.id(), state, operation),
+            span: if TRACE_PIPELINES.load(Ordering::Relaxed) > 0 {
+                ScopeSpan::Entered(span.entered())
+            } else {
+                ScopeSpan::Open(span)
+            },
         }
     }
 
@@ -406,20 +419,50 @@ impl Tracker {
     }
 }
 
+/// How many trace pipelines run. State scopes enter their span while one does, so
+/// spans opened inside a scope nest under it; without one, entering would cost every
+/// scope the registry's enter and exit for nothing.
+static TRACE_PIPELINES: AtomicUsize = AtomicUsize::new(0);
+
+/// A trace pipeline started (`true`) or shut down (`false`).
+#[cfg_attr(
+    not(feature = "traces"),
+    allow(dead_code, reason = "only a trace pipeline calls it")
+)]
+pub(crate) fn set_scopes_enter(started: bool) {
+    if started {
+        TRACE_PIPELINES.fetch_add(1, Ordering::Relaxed);
+    } else {
+        let _ = TRACE_PIPELINES
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    }
+}
+
 /// A state scope: the tracker is in its state until this guard drops.
 ///
 /// Holds the scope's span; dropping it (also while unwinding from a panic) closes the
-/// span and restores whatever is then current beneath it.
+/// span and restores whatever is then current beneath it. While traces are on, the
+/// span is also the current span of the thread that opened the scope until the guard
+/// drops (see [`Tracker::scope`]); the guard is therefore not `Send`.
 #[derive(Debug)]
 #[must_use = "the scope ends when this guard drops; bind it with `let _scope = ...`"]
 pub struct StateScope {
-    span: tracing::Span,
+    span: ScopeSpan,
+}
+
+#[derive(Debug)]
+enum ScopeSpan {
+    Open(tracing::Span),
+    Entered(tracing::span::EnteredSpan),
 }
 
 impl StateScope {
     /// The scope's span (a disabled span when tracking is off).
     pub fn span(&self) -> &tracing::Span {
-        &self.span
+        match &self.span {
+            ScopeSpan::Open(span) => span,
+            ScopeSpan::Entered(entered) => entered,
+        }
     }
 }
 
