@@ -14,6 +14,7 @@ use serde::{Deserialize, Deserializer};
 pub use crate::aggregate::AggregateConfig;
 pub use crate::auth::{AuthSettings, BearerTokenAuthConfig};
 use crate::error::Error;
+pub use crate::exporters::remote_write::RemoteWriteExporter;
 pub use crate::storage::FileStorageConfig;
 pub use crate::tls::{TlsClientSettings, TlsServerSettings};
 
@@ -230,6 +231,9 @@ pub struct Exporters {
     /// `exporters.otlphttp`: OTLP/HTTP push.
     #[serde(default)]
     pub otlphttp: Option<OtlpExporter>,
+    /// `exporters.prometheusremotewrite`: Prometheus remote write 1.0.
+    #[serde(default)]
+    pub prometheusremotewrite: Option<RemoteWriteExporter>,
 }
 
 impl Exporters {
@@ -238,6 +242,7 @@ impl Exporters {
             prometheus: Some(PrometheusExporter::default()),
             otlp: None,
             otlphttp: None,
+            prometheusremotewrite: None,
         }
     }
 }
@@ -416,7 +421,7 @@ pub struct Pipeline {
     /// Processor names (`higgsmeter`; the aggregation runs whether listed or not).
     #[serde(default)]
     pub processors: Vec<String>,
-    /// Exporter names (`prometheus`, `otlp`, `otlphttp`).
+    /// Exporter names (`prometheus`, `otlp`, `otlphttp`, `prometheusremotewrite`).
     #[serde(default)]
     pub exporters: Vec<String>,
 }
@@ -459,6 +464,8 @@ pub struct Plan {
     pub prometheus: Option<(SocketAddr, bool)>,
     /// OTLP pushes.
     pub pushes: Vec<(PushProtocol, OtlpExporter)>,
+    /// Prometheus remote write.
+    pub remote_write: Option<RemoteWriteExporter>,
     /// The aggregation.
     pub aggregate: AggregateConfig,
     /// Where the aggregation state is checkpointed (`None`: storage off).
@@ -737,6 +744,10 @@ impl Config {
                     self.exporters.prometheus.as_ref().map(|_| "prometheus"),
                     self.exporters.otlp.as_ref().map(|_| "otlp"),
                     self.exporters.otlphttp.as_ref().map(|_| "otlphttp"),
+                    self.exporters
+                        .prometheusremotewrite
+                        .as_ref()
+                        .map(|_| "prometheusremotewrite"),
                 ]
                 .into_iter()
                 .flatten()
@@ -748,6 +759,7 @@ impl Config {
             http: None,
             prometheus: None,
             pushes: Vec::new(),
+            remote_write: None,
             aggregate: AggregateConfig::default(),
             storage: None,
             limits: ReceiverLimits::default(),
@@ -922,7 +934,7 @@ impl Config {
                         )
                     };
                     check_url(&format!("exporters.{name}.endpoint"), &e.endpoint)?;
-                    check_exporter_security(name, e)?;
+                    check_exporter_security(name, &e.endpoint, &e.tls, &e.headers)?;
                     if e.interval.is_zero() || e.timeout.is_zero() {
                         return Err(config_error(
                             format!("exporters.{name}.interval"),
@@ -943,11 +955,21 @@ impl Config {
                     }
                     plan.pushes.push((proto, e.clone()));
                 }
+                "prometheusremotewrite" => {
+                    let e = self
+                        .exporters
+                        .prometheusremotewrite
+                        .as_ref()
+                        .ok_or_else(missing)?;
+                    e.validate()?;
+                    check_exporter_security(name, &e.endpoint, &e.tls, &e.headers)?;
+                    plan.remote_write = Some(e.clone());
+                }
                 other => {
                     return Err(config_error(
                         path,
                         format!(
-                            "unknown exporter `{other}`: this collector has `prometheus`, `otlp` and `otlphttp`"
+                            "unknown exporter `{other}`: this collector has `prometheus`, `otlp`, `otlphttp` and `prometheusremotewrite`"
                         ),
                     ));
                 }
@@ -1013,10 +1035,15 @@ impl Config {
 
 /// An exporter's `tls` and `headers`: TLS only with `https://`, files checked, header
 /// names and values sendable.
-fn check_exporter_security(name: &str, e: &OtlpExporter) -> Result<(), Error> {
-    let https = e.endpoint.starts_with("https://");
+fn check_exporter_security(
+    name: &str,
+    endpoint: &str,
+    tls: &Option<TlsClientSettings>,
+    headers: &Headers,
+) -> Result<(), Error> {
+    let https = endpoint.starts_with("https://");
     let path = format!("exporters.{name}.tls");
-    match &e.tls {
+    match tls {
         Some(t) if https && t.insecure => {
             return Err(config_error(
                 format!("{path}.insecure"),
@@ -1027,8 +1054,7 @@ fn check_exporter_security(name: &str, e: &OtlpExporter) -> Result<(), Error> {
             return Err(config_error(
                 path,
                 format!(
-                    "is set but the endpoint `{}` is http:// (plaintext): write https://",
-                    e.endpoint
+                    "is set but the endpoint `{endpoint}` is http:// (plaintext): write https://"
                 ),
             ));
         }
@@ -1040,7 +1066,7 @@ fn check_exporter_security(name: &str, e: &OtlpExporter) -> Result<(), Error> {
         }
         _ => {}
     }
-    for (k, v) in &e.headers.0 {
+    for (k, v) in &headers.0 {
         let hpath = format!("exporters.{name}.headers.{k}");
         if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
             return Err(config_error(hpath, "is not a valid header name"));

@@ -358,6 +358,14 @@ impl Collector {
                 stop_exporting.clone(),
             )));
         }
+        if let Some(cfg) = plan.remote_write {
+            exporters.push(tokio::spawn(exporters::remote_write::run(
+                cfg,
+                aggregator.clone(),
+                stats.clone(),
+                stop_exporting.clone(),
+            )));
+        }
         let mut others = Vec::new();
         if let Some(checkpointer) = &checkpointer {
             let checkpointer = checkpointer.clone();
