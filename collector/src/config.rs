@@ -14,6 +14,7 @@ use serde::{Deserialize, Deserializer};
 pub use crate::aggregate::AggregateConfig;
 pub use crate::auth::{AuthSettings, BearerTokenAuthConfig};
 use crate::error::Error;
+pub use crate::exporters::remote_write::RemoteWriteExporter;
 pub use crate::storage::FileStorageConfig;
 pub use crate::tls::{TlsClientSettings, TlsServerSettings};
 
@@ -230,6 +231,9 @@ pub struct Exporters {
     /// `exporters.otlphttp`: OTLP/HTTP push.
     #[serde(default)]
     pub otlphttp: Option<OtlpExporter>,
+    /// `exporters.prometheusremotewrite`: Prometheus remote write 1.0.
+    #[serde(default)]
+    pub prometheusremotewrite: Option<RemoteWriteExporter>,
 }
 
 impl Exporters {
@@ -238,6 +242,7 @@ impl Exporters {
             prometheus: Some(PrometheusExporter::default()),
             otlp: None,
             otlphttp: None,
+            prometheusremotewrite: None,
         }
     }
 }
@@ -431,7 +436,7 @@ pub struct Pipeline {
     /// Processor names (`higgsmeter`; the aggregation runs whether listed or not).
     #[serde(default)]
     pub processors: Vec<String>,
-    /// Exporter names (`prometheus`, `otlp`, `otlphttp`).
+    /// Exporter names (`prometheus`, `otlp`, `otlphttp`, `prometheusremotewrite`).
     #[serde(default)]
     pub exporters: Vec<String>,
 }
@@ -474,6 +479,8 @@ pub struct Plan {
     pub prometheus: Option<(SocketAddr, bool)>,
     /// OTLP pushes.
     pub pushes: Vec<(PushProtocol, OtlpExporter)>,
+    /// Prometheus remote write.
+    pub remote_write: Option<RemoteWriteExporter>,
     /// The aggregation.
     pub aggregate: AggregateConfig,
     /// Where the aggregation state is checkpointed (`None`: storage off).
@@ -755,6 +762,10 @@ impl Config {
                     self.exporters.prometheus.as_ref().map(|_| "prometheus"),
                     self.exporters.otlp.as_ref().map(|_| "otlp"),
                     self.exporters.otlphttp.as_ref().map(|_| "otlphttp"),
+                    self.exporters
+                        .prometheusremotewrite
+                        .as_ref()
+                        .map(|_| "prometheusremotewrite"),
                 ]
                 .into_iter()
                 .flatten()
@@ -766,6 +777,7 @@ impl Config {
             http: None,
             prometheus: None,
             pushes: Vec::new(),
+            remote_write: None,
             aggregate: AggregateConfig::default(),
             storage: None,
             limits: ReceiverLimits::default(),
@@ -941,7 +953,7 @@ impl Config {
                         )
                     };
                     check_url(&format!("exporters.{name}.endpoint"), &e.endpoint)?;
-                    check_exporter_security(name, e)?;
+                    check_exporter_security(name, &e.endpoint, &e.tls, &e.headers)?;
                     if e.interval.is_zero() || e.timeout.is_zero() {
                         return Err(config_error(
                             format!("exporters.{name}.interval"),
@@ -962,11 +974,21 @@ impl Config {
                     }
                     plan.pushes.push((proto, e.clone()));
                 }
+                "prometheusremotewrite" => {
+                    let e = self
+                        .exporters
+                        .prometheusremotewrite
+                        .as_ref()
+                        .ok_or_else(missing)?;
+                    e.validate()?;
+                    check_exporter_security(name, &e.endpoint, &e.tls, &e.headers)?;
+                    plan.remote_write = Some(e.clone());
+                }
                 other => {
                     return Err(config_error(
                         path,
                         format!(
-                            "unknown exporter `{other}`: this collector has `prometheus`, `otlp` and `otlphttp`"
+                            "unknown exporter `{other}`: this collector has `prometheus`, `otlp`, `otlphttp` and `prometheusremotewrite`"
                         ),
                     ));
                 }
@@ -1033,7 +1055,7 @@ impl Config {
             if let Some(t) = &e.traces_endpoint {
                 check_url(&format!("exporters.{name}.traces_endpoint"), t)?;
             }
-            check_exporter_security(name, e)?;
+            check_exporter_security(name, &e.endpoint, &e.tls, &e.headers)?;
             if e.sending_queue.traces_queue_mib == 0 || e.timeout.is_zero() {
                 return Err(config_error(
                     format!("exporters.{name}.sending_queue.traces_queue_mib"),
@@ -1096,10 +1118,15 @@ impl Config {
 
 /// An exporter's `tls` and `headers`: TLS only with `https://`, files checked, header
 /// names and values sendable.
-fn check_exporter_security(name: &str, e: &OtlpExporter) -> Result<(), Error> {
-    let https = e.endpoint.starts_with("https://");
+fn check_exporter_security(
+    name: &str,
+    endpoint: &str,
+    tls: &Option<TlsClientSettings>,
+    headers: &Headers,
+) -> Result<(), Error> {
+    let https = endpoint.starts_with("https://");
     let path = format!("exporters.{name}.tls");
-    match &e.tls {
+    match tls {
         Some(t) if https && t.insecure => {
             return Err(config_error(
                 format!("{path}.insecure"),
@@ -1110,8 +1137,7 @@ fn check_exporter_security(name: &str, e: &OtlpExporter) -> Result<(), Error> {
             return Err(config_error(
                 path,
                 format!(
-                    "is set but the endpoint `{}` is http:// (plaintext): write https://",
-                    e.endpoint
+                    "is set but the endpoint `{endpoint}` is http:// (plaintext): write https://"
                 ),
             ));
         }
@@ -1123,7 +1149,7 @@ fn check_exporter_security(name: &str, e: &OtlpExporter) -> Result<(), Error> {
         }
         _ => {}
     }
-    for (k, v) in &e.headers.0 {
+    for (k, v) in &headers.0 {
         let hpath = format!("exporters.{name}.headers.{k}");
         if http::HeaderName::from_bytes(k.as_bytes()).is_err() {
             return Err(config_error(hpath, "is not a valid header name"));

@@ -23,7 +23,7 @@
 //! println!("{}", running.addresses()); // grpc=127.0.0.1:PORT http=... prometheus=...
 //! let text = running.aggregator().render(higgsmeter_collector::View::Fleet);
 //! # let _ = text;
-//! running.shutdown().await; // drains, flushes the OTLP exporters, writes the final checkpoint
+//! running.shutdown().await; // drains, flushes the upstream exporters, writes the final checkpoint
 //! # Ok(()) }
 //! ```
 //!
@@ -42,7 +42,11 @@
 //!   `/metrics/sources` is the per-source view of every family.
 //! - **Exporters**: Prometheus text on `127.0.0.1:9464` (OpenMetrics when the scraper
 //!   asks for it), OTLP push (`exporters.otlp`, `exporters.otlphttp`) with a bounded
-//!   queue and backoff.
+//!   queue and backoff, and Prometheus remote write 1.0
+//!   (`exporters.prometheusremotewrite`: the series and values of a `/metrics` scrape
+//!   plus `external_labels`, snappy-compressed protobuf, to Prometheus, Mimir, Cortex,
+//!   Thanos Receive or VictoriaMetrics; retries on 5xx and 429, other 4xx dropped and
+//!   counted, a bounded queue, a final flush on shutdown).
 //! - **Durable state**: the aggregation state is checkpointed (every 5 s and on
 //!   shutdown, atomically, to `extensions.file_storage.directory`, default
 //!   `./higgsmeter-data`) and restored at start, so a restart shows Prometheus neither a
@@ -374,6 +378,14 @@ impl Collector {
                 stop_exporting.clone(),
             )));
         }
+        if let Some(cfg) = plan.remote_write {
+            exporters.push(tokio::spawn(exporters::remote_write::run(
+                cfg,
+                aggregator.clone(),
+                stats.clone(),
+                stop_exporting.clone(),
+            )));
+        }
         let mut others = Vec::new();
         if let Some(checkpointer) = &checkpointer {
             let checkpointer = checkpointer.clone();
@@ -441,8 +453,8 @@ impl RunningCollector {
     /// Stops within `service.shutdown_timeout`, whatever clients do: stops accepting
     /// and lets requests in flight finish (up to half the time; connections still
     /// open then are dropped), refuses anything later as unavailable, flushes the
-    /// OTLP exporters (up to 80 % of the time), writes the final checkpoint, and
-    /// returns whether it all finished in time.
+    /// upstream exporters, OTLP and remote write (up to 80 % of the time), writes the
+    /// final checkpoint, and returns whether it all finished in time.
     pub async fn shutdown(self) -> bool {
         let started = Instant::now();
         let timeout = self.shutdown_timeout;

@@ -108,20 +108,31 @@ impl Listener {
     }
 }
 
-/// An upstream OTLP exporter.
+/// An upstream exporter: OTLP, or Prometheus remote write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ExporterKind {
     Grpc,
     Http,
+    RemoteWrite,
 }
 
 impl ExporterKind {
-    pub(crate) const ALL: [ExporterKind; 2] = [ExporterKind::Grpc, ExporterKind::Http];
+    pub(crate) const COUNT: usize = 3;
+    /// The exporters that can carry traces (`otlp`, `otlphttp`), in index order.
+    pub(crate) const TRACES: [ExporterKind; 2] = [ExporterKind::Grpc, ExporterKind::Http];
 
+    pub(crate) const ALL: [ExporterKind; ExporterKind::COUNT] = [
+        ExporterKind::Grpc,
+        ExporterKind::Http,
+        ExporterKind::RemoteWrite,
+    ];
+
+    /// The `exporter` label value: the exporter's key under `exporters`.
     pub(crate) fn as_str(self) -> &'static str {
         match self {
             ExporterKind::Grpc => "otlp",
             ExporterKind::Http => "otlphttp",
+            ExporterKind::RemoteWrite => "prometheusremotewrite",
         }
     }
 }
@@ -133,10 +144,10 @@ pub(crate) struct SelfMetrics {
     pub(crate) requests_refused: [[AtomicU64; RequestRefusal::COUNT]; 2],
     pub(crate) points_received: [AtomicU64; 2],
     pub(crate) points_refused: [AtomicU64; RefusalReason::COUNT],
-    pub(crate) exports_ok: [AtomicU64; 2],
-    pub(crate) exports_failed: [AtomicU64; 2],
-    pub(crate) queue_depth: [AtomicU64; 2],
-    pub(crate) export_dropped: [AtomicU64; 2],
+    pub(crate) exports_ok: [AtomicU64; ExporterKind::COUNT],
+    pub(crate) exports_failed: [AtomicU64; ExporterKind::COUNT],
+    pub(crate) queue_depth: [AtomicU64; ExporterKind::COUNT],
+    pub(crate) export_dropped: [AtomicU64; ExporterKind::COUNT],
     /// Checkpoint writes: `[ok, failed]`.
     pub(crate) checkpoints: [AtomicU64; 2],
     /// Connections refused at a receiver's `max_connections`, per transport.

@@ -1,4 +1,5 @@
-//! Exporters: the Prometheus endpoint (both views) and OTLP push to an upstream.
+//! Exporters: the Prometheus endpoint (both views), OTLP push to an upstream, and
+//! Prometheus remote write.
 
 pub(crate) mod cluster;
 pub(crate) mod cluster_json;
@@ -8,4 +9,5 @@ mod format;
 pub(crate) mod otlp;
 pub(crate) mod otlp_request;
 pub(crate) mod prometheus;
+pub(crate) mod remote_write;
 pub(crate) mod traces;

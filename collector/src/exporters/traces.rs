@@ -572,7 +572,7 @@ async fn run(
 
 /// Counts what the traces exporters still held when shutdown stopped them as dropped.
 pub(crate) fn count_unsent(stats: &SelfMetrics) {
-    for kind in ExporterKind::ALL {
+    for kind in ExporterKind::TRACES {
         let left = stats.spans_queued[kind as usize].swap(0, Ordering::Relaxed);
         if left > 0 {
             stats.spans_exported[kind as usize][SpanOutcome::Dropped as usize]

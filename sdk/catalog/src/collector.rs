@@ -102,13 +102,13 @@ pub const COLLECTOR_SERIES: Family = Family {
     buckets: &[],
 };
 
-/// `higgsmeter_collector_exports_total` (counter): OTLP pushes to the upstream, by
-/// exporter (`otlp`, `otlphttp`) and outcome (`ok`, `failed`; every failed attempt,
-/// retries included).
+/// `higgsmeter_collector_exports_total` (counter): requests to the upstream, by
+/// exporter (`otlp`, `otlphttp`, `prometheusremotewrite`) and outcome (`ok`,
+/// `failed`; every failed attempt, retries and refused requests included).
 pub const COLLECTOR_EXPORTS: Family = Family {
     name: "higgsmeter_collector_exports_total",
     kind: Kind::Counter,
-    help: "OTLP pushes to the upstream, by exporter and outcome (ok, failed)",
+    help: "Requests to the upstream (OTLP pushes, remote writes), by exporter and outcome (ok, failed)",
     unit: "{request}",
     labels: &["exporter", "outcome"],
     buckets: &[],
@@ -125,13 +125,14 @@ pub const COLLECTOR_EXPORT_QUEUE_DEPTH: Family = Family {
     buckets: &[],
 };
 
-/// `higgsmeter_collector_export_dropped_points_total` (counter): points of export
-/// requests dropped because the queue was full (the upstream down or slow), by
-/// exporter.
+/// `higgsmeter_collector_export_dropped_points_total` (counter): points (remote
+/// write: samples) of export requests dropped because the queue was full (the
+/// upstream down or slow) or, for remote write, refused by the receiver (a 4xx other
+/// than 429), by exporter.
 pub const COLLECTOR_EXPORT_DROPPED: Family = Family {
     name: "higgsmeter_collector_export_dropped_points_total",
     kind: Kind::Counter,
-    help: "Points of export requests dropped because the export queue was full, by exporter",
+    help: "Points of export requests dropped because the export queue was full or the receiver refused them, by exporter",
     unit: "{point}",
     labels: &["exporter"],
     buckets: &[],

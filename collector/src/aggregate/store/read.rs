@@ -301,7 +301,7 @@ const SELF_FAMILIES: &[(&Family, ReadSamples)] = &[
         emit(&[], store.live_sources(now) as f64);
     }),
     (&COLLECTOR_SPANS_EXPORTED, |s, _, _, emit| {
-        for e in ExporterKind::ALL {
+        for e in ExporterKind::TRACES {
             for o in SpanOutcome::ALL {
                 emit(
                     &[e.as_str(), o.as_str()],
