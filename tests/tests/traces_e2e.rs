@@ -4,7 +4,9 @@
 //! `tests/python/otlp_trace_receiver.py`) on 127.0.0.1. The test checks the names, the
 //! nesting and trace ids, the attributes, the resource, and each span's duration
 //! against what the worker measured around and inside it. With the sampler off, or
-//! `OTEL_TRACES_EXPORTER` unset, no span arrives while the metrics still do.
+//! `OTEL_TRACES_EXPORTER` unset, no span arrives while the metrics still do. The same
+//! checks run with the spans going through the collector's traces pipeline (worker →
+//! `higgsmeter-collector` → receiver), over gRPC and over HTTP.
 
 #![allow(
     clippy::unwrap_used,
@@ -60,6 +62,22 @@ fn python() -> std::path::PathBuf {
 /// what both reported. Everything is bounded: the worker gets 60 s, the receiver stops
 /// by itself after 90 s.
 fn run(env: &[(&str, &str)]) -> anyhow::Result<Run> {
+    run_via(env, None)
+}
+
+/// Which collector exporter forwards to the receiver: `otlp` (to its gRPC port) or
+/// `otlphttp` (to its HTTP port).
+#[derive(Clone, Copy)]
+enum Via {
+    Otlp,
+    OtlpHttp,
+}
+
+/// [`run`], optionally through a collector with a traces pipeline whose one exporter
+/// (`via`) points at the receiver; `{grpc}` and `{http}` in `env` are then the
+/// collector's ports. The collector is stopped with SIGTERM (flushing its queue)
+/// before the receiver reports.
+fn run_via(env: &[(&str, &str)], via: Option<Via>) -> anyhow::Result<Run> {
     let script = repo_root().join("tests/tests/python/otlp_trace_receiver.py");
     let mut receiver = ChildGuard::spawn(
         "trace receiver",
@@ -73,7 +91,40 @@ fn run(env: &[(&str, &str)]) -> anyhow::Result<Run> {
     let stdout = receiver.child().stdout.take().context("receiver stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     let ports: Value = serde_json::from_str(&lines.next().context("receiver ports")??)?;
-    let (grpc, http) = (ports["grpc"].to_string(), ports["http"].to_string());
+    let (mut grpc, mut http) = (ports["grpc"].to_string(), ports["http"].to_string());
+    let mut collector = None;
+    if let Some(via) = via {
+        let (name, endpoint) = match via {
+            Via::Otlp => ("otlp", format!("http://127.0.0.1:{grpc}")),
+            Via::OtlpHttp => ("otlphttp", format!("http://127.0.0.1:{http}")),
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "higgsmeter-traces-e2e-{}-{name}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let config = dir.join("collector.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "exporters:\n  prometheus: {{endpoint: 127.0.0.1:0}}\n  {name}: {{endpoint: \"{endpoint}\"}}\n\
+                 service:\n  pipelines:\n    metrics: {{receivers: [otlp], exporters: [prometheus]}}\n\
+                 \x20   traces: {{receivers: [otlp], processors: [batch], exporters: [{name}]}}\n"
+            ),
+        )?;
+        let c = higgsmeter_e2e::Collector::start_with(
+            &higgsmeter_e2e::collector_binary()?,
+            &[
+                std::ffi::OsStr::new("--config"),
+                config.as_os_str(),
+                std::ffi::OsStr::new("--storage"),
+                std::ffi::OsStr::new("none"),
+            ],
+        )?;
+        grpc = c.grpc.port().to_string();
+        http = c.http.port().to_string();
+        collector = Some(c);
+    }
 
     let mut worker = Command::new(env!("CARGO_BIN_EXE_trace-worker"));
     worker
@@ -98,6 +149,15 @@ fn run(env: &[(&str, &str)]) -> anyhow::Result<Run> {
     )?;
     if !status.success() {
         bail!("trace worker failed ({status}): {out}");
+    }
+    if let Some(mut c) = collector {
+        // SIGTERM: the collector sends what it queued before it exits.
+        let pid = c.process.child().id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status()?;
+        let status = c.process.wait_exit(Duration::from_secs(30))?;
+        if !status.success() {
+            bail!("the collector did not stop cleanly: {status}");
+        }
     }
     // The worker has exited: its guard flushed every export, and each was answered.
     drop(receiver.child().stdin.take());
@@ -330,5 +390,47 @@ fn no_spans_with_the_sampler_off_or_the_exporter_unset() {
         let unset = run(&with(&[("OTEL_TRACES_EXPORTER", exporter)])).unwrap();
         assert_no_spans(&unset);
         assert_eq!(unset.worker["traces_on"], false);
+    }
+}
+
+/// The same spans, names, nesting, ids and attributes, through the collector's traces
+/// pipeline: gRPC in and out, then HTTP in and out.
+#[test]
+fn spans_pass_through_the_collectors_traces_pipeline_unchanged() {
+    let direct = run(&FULL).unwrap();
+    let direct = by_name(&direct);
+    for (via, protocol, endpoint) in [
+        (Via::Otlp, "grpc", "http://127.0.0.1:{grpc}"),
+        (Via::OtlpHttp, "http/protobuf", "http://127.0.0.1:{http}"),
+    ] {
+        let mut env: BTreeMap<&str, &str> = FULL.into_iter().collect();
+        env.insert("OTEL_EXPORTER_OTLP_PROTOCOL", protocol);
+        env.insert("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
+        let env: Vec<_> = env.into_iter().collect();
+        let run = run_via(&env, Some(via)).unwrap();
+        let spans = by_name(&run);
+        assert_eq!(
+            spans.keys().collect::<Vec<_>>(),
+            direct.keys().collect::<Vec<_>>(),
+            "{protocol}"
+        );
+        for (name, parent) in NESTING {
+            match parent {
+                Some(p) => {
+                    assert_eq!(spans[name]["parent_span_id"], spans[p]["span_id"], "{name}");
+                    assert_eq!(spans[name]["trace_id"], spans[p]["trace_id"], "{name}");
+                }
+                None => assert_eq!(spans[name]["parent_span_id"], "", "{name}"),
+            }
+            // Unchanged: the attributes and the resource are what the worker sent.
+            assert_eq!(
+                spans[name]["attributes"], direct[name]["attributes"],
+                "{name} via {protocol}"
+            );
+            assert_eq!(spans[name]["resource"]["rank"], 3);
+            assert_eq!(spans[name]["resource"]["service.name"], "trace-worker");
+        }
+        // Each span arrived once: what the collector forwarded is what it took in.
+        assert_eq!(spans.len(), NESTING.len());
     }
 }

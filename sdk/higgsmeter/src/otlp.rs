@@ -42,7 +42,7 @@ fn identity(t: &TlsFiles) -> Result<Option<Pems>, Error> {
 
 /// tonic's TLS config: the CA file's certificates only, or the system's roots.
 #[cfg(feature = "tls")]
-fn tonic_tls(t: &TlsFiles) -> Result<tonic::transport::ClientTlsConfig, Error> {
+pub(crate) fn tonic_tls(t: &TlsFiles) -> Result<tonic::transport::ClientTlsConfig, Error> {
     use tonic::transport::{Certificate, ClientTlsConfig, Identity};
     let mut config = match &t.certificate {
         Some(ca) => ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(
@@ -60,7 +60,7 @@ fn tonic_tls(t: &TlsFiles) -> Result<tonic::transport::ClientTlsConfig, Error> {
 /// A blocking HTTP client with the CA file's certificates only (or the system's roots)
 /// and the client certificate, for the HTTP exporter.
 #[cfg(feature = "tls")]
-fn http_client(t: &TlsFiles) -> Result<reqwest::blocking::Client, Error> {
+pub(crate) fn http_client(t: &TlsFiles) -> Result<reqwest::blocking::Client, Error> {
     // opentelemetry-otlp's own client's timeout (OTEL_EXPORTER_OTLP_TIMEOUT's default).
     let mut builder =
         reqwest::blocking::Client::builder().timeout(std::time::Duration::from_secs(10));

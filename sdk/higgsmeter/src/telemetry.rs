@@ -167,6 +167,12 @@ impl TelemetryBuilder {
         self
     }
 
+    /// The TLS files set on the builder (traces read them too).
+    #[cfg(feature = "traces")]
+    pub(crate) fn otlp_tls_files(&self) -> &TlsFiles {
+        &self.otlp_tls
+    }
+
     /// The CA certificate (PEM file) that verifies the OTLP endpoint's certificate
     /// (over `OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE` / `OTEL_EXPORTER_OTLP_CERTIFICATE`;
     /// default: the system's roots). Needs the `tls` feature.
@@ -474,6 +480,7 @@ pub(crate) struct TlsFiles {
 
 impl TlsFiles {
     /// Whether any file is set.
+    #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
     pub(crate) fn any(&self) -> bool {
         self.certificate.is_some() || self.client_certificate.is_some() || self.client_key.is_some()
     }

@@ -223,6 +223,11 @@ mod imp {
     pub(crate) struct TraceSettings {
         endpoint: Option<String>,
         protocol: Protocol,
+        /// The endpoint in effect is `https://`.
+        https: bool,
+        /// CA and client certificate files (the metrics' builder settings, then the
+        /// `_TRACES_` variables, then the shared ones).
+        tls: crate::telemetry::TlsFiles,
         headers: HashMap<String, String>,
         sampler: Sampler,
         max_queue_size: Option<usize>,
@@ -259,6 +264,22 @@ mod imp {
             .or_else(|| b.otlp_endpoint.as_deref().map(|e| signal_url(e, protocol)))
             .or_else(|| env(read, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
             .or_else(|| env(read, "OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| signal_url(&e, protocol)));
+        let https = endpoint
+            .as_deref()
+            .is_some_and(|e| e.trim().to_ascii_lowercase().starts_with("https://"));
+        let file = |set: &Option<std::path::PathBuf>, var: &str| {
+            set.clone().or_else(|| {
+                env(read, &format!("OTEL_EXPORTER_OTLP_TRACES_{var}"))
+                    .or_else(|| env(read, &format!("OTEL_EXPORTER_OTLP_{var}")))
+                    .map(std::path::PathBuf::from)
+            })
+        };
+        let files = b.otlp_tls_files();
+        let tls = crate::telemetry::TlsFiles {
+            certificate: file(&files.certificate, "CERTIFICATE"),
+            client_certificate: file(&files.client_certificate, "CLIENT_CERTIFICATE"),
+            client_key: file(&files.client_key, "CLIENT_KEY"),
+        };
         let sampler = match &t.sampler {
             Some(s) => s.clone(),
             None => sampler_from_env(
@@ -272,6 +293,8 @@ mod imp {
         Ok(Some(TraceSettings {
             endpoint,
             protocol,
+            https,
+            tls,
             headers: b.otlp_headers.clone(),
             sampler,
             max_queue_size: t.max_queue_size,
@@ -596,6 +619,15 @@ mod imp {
         }
     }
 
+    #[cfg(not(feature = "tls"))]
+    fn no_tls(endpoint: &str) -> Error {
+        Error::InvalidSetting {
+            name: "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_CERTIFICATE",
+            value: endpoint.to_owned(),
+            reason: "this build has no TLS: enable higgsmeter's `tls` feature",
+        }
+    }
+
     fn otlp_exporter(s: &TraceSettings) -> Result<opentelemetry_otlp::SpanExporter, Error> {
         let endpoint_label = s
             .endpoint
@@ -610,6 +642,14 @@ mod imp {
                 if !s.headers.is_empty() {
                     b = b.with_metadata(metadata(&s.headers)?);
                 }
+                if s.https || s.tls.any() {
+                    #[cfg(feature = "tls")]
+                    {
+                        b = b.with_tls_config(crate::otlp::tonic_tls(&s.tls)?);
+                    }
+                    #[cfg(not(feature = "tls"))]
+                    return Err(no_tls(&endpoint_label));
+                }
                 b.build()
             }
             Protocol::HttpProtobuf => {
@@ -621,6 +661,14 @@ mod imp {
                 }
                 if !s.headers.is_empty() {
                     b = b.with_headers(s.headers.clone());
+                }
+                if s.https || s.tls.any() {
+                    #[cfg(feature = "tls")]
+                    {
+                        b = b.with_http_client(crate::otlp::http_client(&s.tls)?);
+                    }
+                    #[cfg(not(feature = "tls"))]
+                    return Err(no_tls(&endpoint_label));
                 }
                 b.build()
             }
