@@ -907,6 +907,8 @@ mod imp {
             let settings = TraceSettings {
                 endpoint: None,
                 protocol: Protocol::Grpc,
+                https: false,
+                tls: crate::telemetry::TlsFiles::default(),
                 headers: HashMap::new(),
                 sampler: Sampler::AlwaysOn,
                 max_queue_size: Some(4),
