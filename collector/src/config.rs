@@ -286,7 +286,7 @@ pub struct OtlpExporter {
     /// endpoint as written when it has a path other than `/v1/metrics`).
     #[serde(default)]
     pub traces_endpoint: Option<String>,
-    /// How often the aggregate is pushed (default 10 s).
+    /// How often the aggregate is pushed (default 1 s, the catalog's `STATUS_INTERVAL_S`).
     #[serde(default = "default_export_interval", with = "duration_serde")]
     pub interval: Duration,
     /// Per-attempt timeout (default 5 s).
@@ -319,8 +319,10 @@ impl fmt::Debug for Headers {
     }
 }
 
+/// The engine catalog's status interval (1 s): an agent tier adds at most about one
+/// interval of delay.
 fn default_export_interval() -> Duration {
-    Duration::from_secs(10)
+    Duration::from_secs_f64(higgsmeter_catalog::STATUS_INTERVAL_S)
 }
 
 fn default_timeout() -> Duration {

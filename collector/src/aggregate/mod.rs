@@ -23,7 +23,9 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 
 pub use config::{AggregateConfig, GaugeAggregation, GaugeRule};
 use store::Store;
-pub(crate) use store::{CheckpointError, Outcome, RestoreCount, StateFile};
+pub(crate) use store::{
+    CheckpointError, FORWARDED_BY, Outcome, ROLE, ROLE_AGGREGATE, RestoreCount, StateFile,
+};
 pub use wire::DecodeError;
 
 use crate::self_metrics::{SelfMetrics, Transport};

@@ -97,7 +97,24 @@ pub(crate) struct Source {
     /// Restored from a checkpoint, live then, and not heard from since: the views wait
     /// for it (see [`Store::ready`]).
     awaited: bool,
+    /// Forwarded by a lower collector with `include_sources` (its resource carries
+    /// [`FORWARDED_BY`]): kept in the per-source view, never summed into the fleet (the
+    /// forwarder's own aggregate already holds it). ADR 0009.
+    forwarded: bool,
+    /// A lower collector's fleet export (resource [`ROLE`] = [`ROLE_AGGREGATE`]): its
+    /// points keep their own `job` and `instance`; the source is labelled
+    /// `higgsmeter_collector` (its instance id) instead. ADR 0009.
+    aggregate: bool,
 }
+
+/// The resource attribute a collector's fleet export carries: its series are a lower
+/// tier's sums (their points keep their own `job`).
+pub(crate) const ROLE: &str = "higgsmeter.collector.role";
+/// [`ROLE`]'s value.
+pub(crate) const ROLE_AGGREGATE: &str = "aggregate";
+/// The resource attribute of a source forwarded with `include_sources`: the instance id
+/// of the collector that forwarded it.
+pub(crate) const FORWARDED_BY: &str = "higgsmeter.forwarded_by";
 
 pub(crate) enum Value {
     Counter { value: f64 },
@@ -119,6 +136,8 @@ pub(crate) struct Series {
     time: u64,
     /// No point admitted yet.
     fresh: bool,
+    /// Summed into the fleet (false for a forwarded source's series).
+    counted: bool,
     value: Value,
 }
 
@@ -292,7 +311,9 @@ impl Store {
             labels,
             target_info,
             fleet_job,
+            aggregate,
         } = source_labels(&key, &self.sum_over, &self.static_labels);
+        let forwarded = key.iter().any(|(k, _)| k == FORWARDED_BY);
         let source = Source {
             resource: attrs
                 .iter()
@@ -310,6 +331,8 @@ impl Store {
             series: 0,
             baseline_until: now.saturating_add(BASELINE_WINDOW),
             awaited: false,
+            forwarded,
+            aggregate,
         };
         let id = match self.free_sources.pop() {
             Some(id) => {
@@ -440,11 +463,13 @@ impl Store {
         let Some(src) = self.sources[source as usize].as_ref() else {
             return Err((RefusalReason::Invalid, "source vanished".to_owned()));
         };
+        let src_forwarded = src.forwarded;
         let SeriesLabels {
             labels,
             fleet_pairs,
         } = series_labels(
             &src.labels,
+            src.aggregate,
             src.fleet_job.as_deref(),
             &attrs_key,
             &self.sum_over,
@@ -501,6 +526,7 @@ impl Store {
             start: 0,
             time: 0,
             fresh: true,
+            counted: !src_forwarded,
             value,
         };
         let id = match self.free_series.pop() {
@@ -670,6 +696,9 @@ impl Store {
         s.start = start;
         s.time = time;
         let fleet = s.fleet as usize;
+        if !s.counted {
+            return;
+        }
         if let (Some(inc), FleetValue::Counter(total)) = (increment, &mut self.fleet[fleet].value) {
             *total += inc;
         }
@@ -764,8 +793,16 @@ impl Store {
         let Value::Histogram(h) = &mut s.value else {
             return;
         };
-        let FleetValue::Histogram(f) = &mut self.fleet[s.fleet as usize].value else {
+        let FleetValue::Histogram(fleet) = &mut self.fleet[s.fleet as usize].value else {
             return;
+        };
+        // A forwarded source's series accumulate as ever; the fleet's entry does not.
+        let mut uncounted;
+        let f = if s.counted {
+            fleet
+        } else {
+            uncounted = fleet.clone();
+            &mut uncounted
         };
         accumulate::histogram(
             h,

@@ -1036,3 +1036,76 @@ proptest! {
         }
     }
 }
+
+/// Agent → gateway (ADR 0009): the gateway's fleet equals the agent's, whether or not
+/// the agent forwards its sources (`include_sources`); the points keep their own `job`
+/// (no `exported_job`); the per-source view keeps the agent and the forwarded ranks.
+#[test]
+fn a_gateway_sums_agents_once_with_or_without_forwarded_sources() {
+    for include_sources in [false, true] {
+        let mut agent = Store::new(config());
+        for rank in 0..3u32 {
+            ingest(
+                &mut agent,
+                &request(
+                    worker(rank),
+                    vec![
+                        counter(
+                            "busy",
+                            false,
+                            vec![point(vec![kv("state", "gpu")], 10, 20, f64::from(rank + 1))],
+                        ),
+                        gauge(
+                            "worker_current_state",
+                            vec![point(vec![], 10, 20, f64::from(rank))],
+                        ),
+                        gauge("queue_depth", vec![point(vec![], 10, 20, 2.0)]),
+                    ],
+                ),
+                SEC,
+            );
+        }
+        assert_eq!(fleet_counter(&agent, "busy"), 6.0);
+        let rows = super::store::otlp_rows(&agent, SEC, include_sources);
+        let (req, _) = crate::exporters::otlp_request::encode(&rows, 5, 25, "agent-a");
+        let mut gateway = Store::new(config());
+        // Twice: a repeated cumulative push changes nothing.
+        ingest(&mut gateway, &req, 2 * SEC);
+        ingest(&mut gateway, &req, 3 * SEC);
+        assert_eq!(
+            fleet_counter(&gateway, "busy"),
+            6.0,
+            "include_sources={include_sources}"
+        );
+        let fleet = render(&gateway, View::Fleet, 3 * SEC);
+        assert!(
+            fleet.contains("busy_total{job=\"w\",state=\"gpu\"} 6"),
+            "{fleet}"
+        );
+        assert!(fleet.contains("queue_depth{job=\"w\"} 6"), "{fleet}");
+        assert!(
+            !fleet.contains("exported_job") && !fleet.contains("exported_instance"),
+            "{fleet}"
+        );
+        // The ranks' states: per source at the agent, carried through per rank.
+        for rank in 0..3 {
+            assert!(
+                fleet.contains(&format!("rank=\"{rank}\"")),
+                "no rank {rank} state in: {fleet}"
+            );
+        }
+        let sources = render(&gateway, View::Sources, 3 * SEC);
+        assert!(
+            sources
+                .contains("busy_total{higgsmeter_collector=\"agent-a\",job=\"w\",state=\"gpu\"} 6"),
+            "{sources}"
+        );
+        let forwarded =
+            sources.contains("busy_total{instance=\"id-1\",job=\"w\",rank=\"1\",state=\"gpu\"} 2");
+        assert_eq!(forwarded, include_sources, "{sources}");
+        assert!(
+            !sources.contains("exported_job") && !sources.contains("exported_instance"),
+            "{sources}"
+        );
+    }
+}

@@ -11,7 +11,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use crate::aggregate::rows::{Attrs, OtlpPoint, OtlpRows, RowValue};
-use crate::aggregate::{Aggregator, MetricKind, unix_nanos};
+use crate::aggregate::{Aggregator, FORWARDED_BY, MetricKind, ROLE, ROLE_AGGREGATE, unix_nanos};
 
 fn kv(k: &str, v: &str) -> KeyValue {
     KeyValue {
@@ -163,6 +163,8 @@ pub(crate) fn encode(
     let mut resource = vec![
         kv("service.name", "higgsmeter-collector"),
         kv("service.instance.id", instance_id),
+        // An upstream collector keeps these points' own `job` (ADR 0009).
+        kv(ROLE, ROLE_AGGREGATE),
     ];
     resource.extend(rows.static_labels.iter().map(|(k, v)| kv(k, v)));
     let mut resource_metrics_list = vec![resource_metrics(resource, metrics)];
@@ -172,7 +174,12 @@ pub(crate) fn encode(
             .iter()
             .filter_map(|p| enc.metric(p.metric as usize, enc.points(p)))
             .collect();
-        resource_metrics_list.push(resource_metrics(resource.clone(), metrics));
+        // Marked, so an upstream collector never sums it again: this fleet holds it.
+        let mut resource = resource.clone();
+        if !resource.iter().any(|kv| kv.key == FORWARDED_BY) {
+            resource.push(kv(FORWARDED_BY, instance_id));
+        }
+        resource_metrics_list.push(resource_metrics(resource, metrics));
     }
     (
         ExportMetricsServiceRequest {

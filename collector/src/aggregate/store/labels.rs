@@ -80,15 +80,34 @@ pub(super) struct SourceLabels {
     pub(super) labels: Vec<(String, String)>,
     pub(super) target_info: String,
     pub(super) fleet_job: Option<String>,
+    pub(super) aggregate: bool,
 }
 
-/// The labels of the source whose canonical resource is `key`.
+/// The labels of the source whose canonical resource is `key`. A lower collector's
+/// fleet export (an aggregate source) is labelled `higgsmeter_collector="<its
+/// instance id>"` and gives the fleet no `job`: its points carry their own.
 pub(super) fn source_labels(
     key: &[(String, String)],
     sum_over: &[String],
     static_labels: &[(String, String)],
 ) -> SourceLabels {
     let get = |name: &str| key.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    if get(super::ROLE) == Some(super::ROLE_AGGREGATE) {
+        let instance = get("service.instance.id").unwrap_or("").to_owned();
+        let labels = vec![("higgsmeter_collector".to_owned(), instance)];
+        let mut info = labels.clone();
+        info.push((
+            "job".to_owned(),
+            get("service.name").unwrap_or("").to_owned(),
+        ));
+        info.extend(static_labels.iter().cloned());
+        return SourceLabels {
+            labels,
+            target_info: render_labels(&normalize_labels(info)),
+            fleet_job: None,
+            aggregate: true,
+        };
+    }
     let service = get("service.name").unwrap_or("unknown_service");
     let job = match get("service.namespace") {
         Some(ns) if !ns.is_empty() => format!("{ns}/{service}"),
@@ -130,6 +149,7 @@ pub(super) fn source_labels(
         labels,
         target_info,
         fleet_job,
+        aggregate: false,
     }
 }
 
@@ -142,9 +162,11 @@ pub(super) struct SeriesLabels {
 /// The labels of a series with point attributes `attrs_key` (canonical) of a source
 /// with `source_labels` and `fleet_job`: point labels sanitised, a name that clashes
 /// with ours (`job`, `instance`, `le`, an identity or static label) becomes
-/// `exported_<name>`; the fleet drops the `sum_over` attributes and keeps `job`.
+/// `exported_<name>` (except an aggregate source's own `job` and `instance`); the fleet
+/// drops the `sum_over` attributes and keeps `job`.
 pub(super) fn series_labels(
     source_labels: &[(String, String)],
+    aggregate: bool,
     fleet_job: Option<&str>,
     attrs_key: &[(String, String)],
     sum_over: &[String],
@@ -155,7 +177,12 @@ pub(super) fn series_labels(
     let mut fleet_labels: Vec<(String, String)> = Vec::with_capacity(attrs_key.len() + 2);
     for (k, v) in attrs_key {
         let mut name = sanitize_label_name(k);
-        if matches!(name.as_str(), "job" | "instance" | "le")
+        let ours = if aggregate {
+            name == "le"
+        } else {
+            matches!(name.as_str(), "job" | "instance" | "le")
+        };
+        if ours
             || source_labels.iter().any(|(l, _)| *l == name)
             || static_labels.iter().any(|(l, _)| *l == name)
         {

@@ -64,8 +64,9 @@ impl Order {
                 self.entries.extend(
                     series
                         .filter(|(_, s)| {
-                            store.metrics[s.metric as usize].gauge_agg
-                                == GaugeAggregation::PerSource
+                            s.counted
+                                && store.metrics[s.metric as usize].gauge_agg
+                                    == GaugeAggregation::PerSource
                         })
                         .map(|(i, _)| Entry::Series(i)),
                 );
@@ -176,7 +177,7 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
 pub(crate) fn fleet_gauges(store: &Store, now: u64) -> Vec<Option<(f64, u64)>> {
     let mut acc: Vec<Option<(f64, u64)>> = vec![None; store.fleet.len()];
     for s in store.series.iter().flatten() {
-        if !store.is_live(s.last_seen, now) {
+        if !store.is_live(s.last_seen, now) || !s.counted {
             continue;
         }
         let metric = &store.metrics[s.metric as usize];
@@ -212,7 +213,7 @@ fn sources_in_state(store: &Store, now: u64, out: &mut Rows) {
     };
     let mut counts = [0u64; 7];
     for s in store.series.iter().flatten() {
-        if s.metric as usize != metric || !store.is_live(s.last_seen, now) {
+        if s.metric as usize != metric || !store.is_live(s.last_seen, now) || !s.counted {
             continue;
         }
         if let Value::Gauge { value, .. } = s.value
@@ -385,7 +386,7 @@ pub(crate) fn otlp_rows(store: &Store, now: u64, include_sources: bool) -> OtlpR
         .collect();
     let mut fleet = Vec::new();
     for s in store.series.iter().flatten() {
-        if !store.is_live(s.last_seen, now) {
+        if !store.is_live(s.last_seen, now) || !s.counted {
             continue;
         }
         let Value::Gauge { value, .. } = s.value else {

@@ -1,0 +1,251 @@
+//! Agent → gateway tiers (ADR 0009), with real processes: two agents (one forwarding
+//! its sources with `include_sources`, one not) push to a gateway; SDK ranks and a
+//! Python OpenTelemetry SDK rank push to the agents. Through a rank ending, an agent
+//! SIGKILLed and restarted on its state, and the gateway restarted, the gateway's fleet
+//! series never decreases or overshoots, and ends equal to the sum of what every rank
+//! accounted. Also: the shipped Kubernetes manifests parse and their collector configs
+//! pass `Config::plan`.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const ACTIVITY: &str = "worker_activity_time_seconds_total";
+
+fn agent_yaml(gateway_grpc: std::net::SocketAddr, include_sources: bool) -> String {
+    format!(
+        "processors:\n  higgsmeter:\n    expected_interval: 200ms\n    stale_after: 30s\n    checkpoint_interval: 200ms\n\
+         exporters:\n  prometheus: {{endpoint: 127.0.0.1:0}}\n\
+         \x20 otlp:\n    endpoint: http://{gateway_grpc}\n    interval: 200ms\n    include_sources: {include_sources}\n"
+    )
+}
+
+const GATEWAY_YAML: &str = "processors:\n  higgsmeter:\n    expected_interval: 200ms\n    stale_after: 30s\n    checkpoint_interval: 200ms\n";
+
+/// Starts a collector with `yaml`, state in `state`, on `ports` when given (to take its
+/// addresses again after a restart).
+fn collector(
+    yaml: &str,
+    state: &std::path::Path,
+    ports: Option<[SocketAddr; 3]>,
+) -> CollectorProcess {
+    let state = state.display().to_string();
+    let mut extra = vec!["--storage".to_owned(), state];
+    if let Some([grpc, http, prometheus]) = ports {
+        for (flag, addr) in [
+            ("--grpc", grpc),
+            ("--http", http),
+            ("--prometheus", prometheus),
+        ] {
+            extra.push(flag.to_owned());
+            extra.push(addr.to_string());
+        }
+    }
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    CollectorProcess::start_with_env(Some(yaml), &extra, &[("RUST_LOG", "error")])
+}
+
+fn ports_of(c: &CollectorProcess) -> [SocketAddr; 3] {
+    [c.grpc, c.http, c.prometheus]
+}
+
+/// The gateway's fleet total of worker activity, when it answers (not while it
+/// restores or restarts).
+fn gateway_total(gateway: &CollectorProcess) -> Option<f64> {
+    let url = format!("http://{}/metrics", gateway.prometheus);
+    let resp = reqwest::blocking::Client::new()
+        .get(&url)
+        .timeout(Duration::from_secs(2))
+        .send()
+        .ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let samples = parse_exposition(&resp.text().ok()?);
+    // The shutdown state is left out: a worker's exporter reads it a moment after the
+    // worker prints its totals, so it may end a little above them.
+    Some(
+        samples
+            .iter()
+            .filter(|s| s.name == ACTIVITY && s.label("state") != Some("shutdown"))
+            .map(|s| s.value)
+            .sum(),
+    )
+}
+
+#[test]
+fn a_gateways_fleet_is_the_sum_of_every_rank_through_agent_and_gateway_restarts() {
+    let gw_state = temp_dir("gateway");
+    let mut gateway = collector(GATEWAY_YAML, &gw_state, None);
+    let a_state = temp_dir("agent-a");
+    let b_state = temp_dir("agent-b");
+    let a_yaml = agent_yaml(gateway.grpc, true);
+    let b_yaml = agent_yaml(gateway.grpc, false);
+    let mut agent_a = collector(&a_yaml, &a_state, None);
+    let agent_b = collector(&b_yaml, &b_state, None);
+
+    // Ranks: 0 and 1 on agent A (1 ends early: a rank dying), 2 and 3 on agent B
+    // (3 over HTTP), and a Python OpenTelemetry SDK rank on agent B.
+    let ranks = [
+        (0, agent_a.grpc_url(), false, "9"),
+        (1, agent_a.grpc_url(), false, "2"),
+        (2, agent_b.grpc_url(), false, "9"),
+        (3, agent_b.http_url(), true, "8"),
+    ];
+    let workers: Vec<_> = ranks
+        .iter()
+        .map(|(rank, endpoint, http, secs)| {
+            spawn_worker(
+                *rank,
+                endpoint,
+                *http,
+                &["--duration", secs, "--print-totals"],
+            )
+        })
+        .collect();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/otel_worker.py");
+    let python_rank = Command::new(python())
+        .arg(&script)
+        .args(["--endpoint", &agent_b.grpc_url(), "--protocol", "grpc"])
+        .args(["--temporality", "cumulative", "--rank", "40"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the Python rank");
+
+    // What the gateway shows, sampled all along.
+    let mut seen: Vec<f64> = Vec::new();
+    let sample = |gateway: &CollectorProcess, seen: &mut Vec<f64>| {
+        if let Some(v) = gateway_total(gateway) {
+            seen.push(v);
+        }
+    };
+    let started = Instant::now();
+    let run_until = |t: f64, gateway: &CollectorProcess, seen: &mut Vec<f64>| {
+        while started.elapsed().as_secs_f64() < t {
+            sample(gateway, seen);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    run_until(3.0, &gateway, &mut seen);
+    // Agent A dies without a word, and comes back on its state and its ports.
+    let _ = agent_a.child.kill();
+    let _ = agent_a.child.wait();
+    run_until(4.0, &gateway, &mut seen);
+    let restarted_a = collector(&a_yaml, &a_state, Some(ports_of(&agent_a)));
+    drop(agent_a);
+    run_until(5.5, &gateway, &mut seen);
+    // The gateway restarts (SIGTERM: final checkpoint) on its state and ports.
+    let ports = ports_of(&gateway);
+    assert_eq!(gateway.terminate().code(), Some(0));
+    gateway = collector(GATEWAY_YAML, &gw_state, Some(ports));
+
+    // Ground truth: what every rank accounted.
+    let mut truth = 0.0;
+    for child in workers {
+        truth += worker_totals(child)
+            .iter()
+            .filter(|(k, _)| !k.starts_with("shutdown/"))
+            .map(|(_, v)| v)
+            .sum::<f64>();
+    }
+    let out = python_rank.wait_with_output().expect("the Python rank");
+    assert!(
+        out.status.success(),
+        "Python rank failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    truth += 2.0; // otel_worker.py: 8 × 0.25 s of gpu
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let final_total = loop {
+        if let Some(v) = gateway_total(&gateway) {
+            seen.push(v);
+            if (v - truth).abs() < 1e-6 {
+                break v;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the gateway's fleet never reached the ranks' sum {truth}: last {:?}",
+            seen.last()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Never a reset, never a spike.
+    for pair in seen.windows(2) {
+        assert!(
+            pair[1] >= pair[0] - 1e-9,
+            "the fleet series decreased: {pair:?} in {seen:?}"
+        );
+    }
+    assert!(
+        seen.iter().all(|v| *v <= final_total + 1e-6),
+        "the fleet series overshot {final_total}: {seen:?}"
+    );
+    // Each agent is a source at the gateway; A's forwarded ranks are there too, and
+    // nothing is labelled exported_job.
+    let url = format!("http://{}/metrics/sources", gateway.prometheus);
+    let sources = reqwest::blocking::get(&url)
+        .and_then(|r| r.text())
+        .expect("sources");
+    let parsed = parse_exposition(&sources);
+    let agents: std::collections::BTreeSet<_> = parsed
+        .iter()
+        .filter(|s| s.name == ACTIVITY)
+        .filter_map(|s| s.label("higgsmeter_collector"))
+        .collect();
+    assert_eq!(agents.len(), 2, "{agents:?}");
+    assert!(
+        parsed
+            .iter()
+            .any(|s| s.name == ACTIVITY && s.label("rank") == Some("0")),
+        "agent A's forwarded rank 0 is missing"
+    );
+    assert!(!sources.contains("exported_job"), "{sources}");
+    drop(restarted_a);
+    drop(agent_b);
+}
+
+/// The Kubernetes manifests in `otel-config/kubernetes/` parse, hold the kinds the
+/// topology needs, and their embedded collector configs pass `Config::plan`.
+#[test]
+fn the_kubernetes_manifests_parse_and_their_configs_plan() {
+    let dir = repo_root().join("otel-config/kubernetes");
+    let mut kinds = Vec::new();
+    let mut configs = 0;
+    for entry in std::fs::read_dir(&dir).expect("otel-config/kubernetes") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("read");
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text)
+            .unwrap_or_else(|e| panic!("{} is not YAML: {e}", path.display()));
+        for doc in docs {
+            let kind = doc["kind"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no kind in {}", path.display()));
+            kinds.push(kind.to_owned());
+            if kind == "ConfigMap" {
+                let yaml = doc["data"]["collector.yaml"].as_str().unwrap_or_else(|| {
+                    panic!("a ConfigMap in {} has no collector.yaml", path.display())
+                });
+                let config = higgsmeter_collector::Config::from_yaml(yaml)
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                config
+                    .plan()
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                configs += 1;
+            }
+        }
+    }
+    for kind in ["DaemonSet", "Deployment", "Service", "ConfigMap"] {
+        assert!(kinds.iter().any(|k| k == kind), "no {kind} in {kinds:?}");
+    }
+    assert_eq!(configs, 2, "one agent and one gateway config");
+}
