@@ -1,9 +1,11 @@
 //! Agent → gateway tiers (ADR 0009), with real processes: two agents (one forwarding
 //! its sources with `include_sources`, one not) push to a gateway; SDK ranks and a
-//! Python OpenTelemetry SDK rank push to the agents. Through a rank ending, an agent
+//! Python OpenTelemetry SDK rank push to the agents; one real Prometheus scrapes the
+//! gateway and another receives its remote write. Through a rank ending, an agent
 //! SIGKILLed and restarted on its state, and the gateway restarted, the gateway's fleet
-//! series never decreases or overshoots, and ends equal to the sum of what every rank
-//! accounted. Also: the shipped Kubernetes manifests parse and their collector configs
+//! series never decreases or overshoots and ends equal to the sum of what every rank
+//! accounted, and both Prometheus servers hold that sum with `resets()` 0 and no
+//! `exported_exported_job`. Also: the shipped Kubernetes manifests parse and their collector configs
 //! pass `Config::plan`.
 
 mod support;
@@ -12,6 +14,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::prom::Prometheus;
 use support::*;
 
 const ACTIVITY: &str = "worker_activity_time_seconds_total";
@@ -24,7 +27,20 @@ fn agent_yaml(gateway_grpc: std::net::SocketAddr, include_sources: bool) -> Stri
     )
 }
 
-const GATEWAY_YAML: &str = "processors:\n  higgsmeter:\n    expected_interval: 200ms\n    stale_after: 30s\n    checkpoint_interval: 200ms\n";
+fn gateway_yaml(remote_write: &str) -> String {
+    format!(
+        "processors:\n  higgsmeter:\n    expected_interval: 200ms\n    stale_after: 30s\n    checkpoint_interval: 200ms\n\
+         exporters:\n  prometheus: {{endpoint: 127.0.0.1:0}}\n\
+         \x20 prometheusremotewrite:\n    endpoint: {remote_write}\n    interval: 500ms\n"
+    )
+}
+
+/// The value of a one-series instant query (`None` when it has no result yet).
+fn scalar(prom: &Prometheus, expr: &str) -> Option<f64> {
+    let result = prom.query(expr);
+    assert!(result.len() <= 1, "{expr}: {result:?}");
+    result.first().map(|(_, v)| *v)
+}
 
 /// Starts a collector with `yaml`, state in `state`, on `ports` when given (to take its
 /// addresses again after a restart).
@@ -79,8 +95,18 @@ fn gateway_total(gateway: &CollectorProcess) -> Option<f64> {
 
 #[test]
 fn a_gateways_fleet_is_the_sum_of_every_rank_through_agent_and_gateway_restarts() {
+    let receiving = Prometheus::start(&temp_dir("prom-rw"), true);
+    let gateway_yaml = gateway_yaml(&receiving.write_url("/api/v1/write"));
     let gw_state = temp_dir("gateway");
-    let mut gateway = collector(GATEWAY_YAML, &gw_state, None);
+    let mut gateway = collector(&gateway_yaml, &gw_state, None);
+    let scraping = Prometheus::start_scraping(
+        &temp_dir("prom-scrape"),
+        false,
+        &format!(
+            "  - job_name: gateway\n    static_configs: [{{targets: [\"{}\"]}}]\n",
+            gateway.prometheus
+        ),
+    );
     let a_state = temp_dir("agent-a");
     let b_state = temp_dir("agent-b");
     let a_yaml = agent_yaml(gateway.grpc, true);
@@ -143,7 +169,7 @@ fn a_gateways_fleet_is_the_sum_of_every_rank_through_agent_and_gateway_restarts(
     // The gateway restarts (SIGTERM: final checkpoint) on its state and ports.
     let ports = ports_of(&gateway);
     assert_eq!(gateway.terminate().code(), Some(0));
-    gateway = collector(GATEWAY_YAML, &gw_state, Some(ports));
+    gateway = collector(&gateway_yaml, &gw_state, Some(ports));
 
     // Ground truth: what every rank accounted.
     let mut truth = 0.0;
@@ -207,6 +233,48 @@ fn a_gateways_fleet_is_the_sum_of_every_rank_through_agent_and_gateway_restarts(
         "agent A's forwarded rank 0 is missing"
     );
     assert!(!sources.contains("exported_job"), "{sources}");
+
+    // Both Prometheus servers hold the sum (once the scrape and the remote write after
+    // the gateway's convergence landed), and saw no counter reset.
+    let total = r#"sum(worker_activity_time_seconds_total{state!="shutdown"})"#;
+    for (name, prom) in [("scraping", &scraping), ("remote-write", &receiving)] {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if scalar(prom, total).is_some_and(|v| (v - truth).abs() < 1e-6) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} Prometheus never held {truth}: {:?}\n{}",
+                scalar(prom, total),
+                prom.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let resets = scalar(
+            prom,
+            r#"sum(resets(worker_activity_time_seconds_total{state!="shutdown"}[10m]))"#,
+        );
+        assert_eq!(resets, Some(0.0), "{name} Prometheus saw a counter reset");
+        assert!(
+            prom.query(r#"{exported_exported_job!=""}"#).is_empty(),
+            "{name}: labels piled up through the tiers"
+        );
+    }
+    // Scraped, the ranks' job becomes exported_job once (the scrape job is `gateway`);
+    // remote-written, it stays `job`.
+    let jobs = |prom: &Prometheus, label: &str| -> std::collections::BTreeSet<String> {
+        prom.query(&format!(
+            "count by ({label}) (worker_activity_time_seconds_total)"
+        ))
+        .into_iter()
+        .filter_map(|(l, _)| l.get(label).cloned())
+        .collect()
+    };
+    let want: std::collections::BTreeSet<String> =
+        ["demo-worker", "py-worker"].map(String::from).into();
+    assert_eq!(jobs(&scraping, "exported_job"), want);
+    assert_eq!(jobs(&receiving, "job"), want);
     drop(restarted_a);
     drop(agent_b);
 }

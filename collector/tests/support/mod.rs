@@ -2,6 +2,8 @@
 //! 127.0.0.1 (port 0 everywhere), real clients.
 #![allow(dead_code)]
 
+pub(crate) mod prom;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
