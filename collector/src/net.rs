@@ -173,69 +173,84 @@ impl AsyncWrite for Counted {
     }
 }
 
+/// `AsyncRead` and `AsyncWrite` for an enum of two stream variants: each call goes to
+/// the variant's stream (a plain connection or its TLS session).
+macro_rules! two_stream_io {
+    ($ty:ident, $a:ident, $b:ident) => {
+        impl tokio::io::AsyncRead for $ty {
+            fn poll_read(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &mut tokio::io::ReadBuf<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $ty::$a(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+                    $ty::$b(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+                }
+            }
+        }
+
+        impl tokio::io::AsyncWrite for $ty {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                match self.get_mut() {
+                    $ty::$a(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+                    $ty::$b(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+                }
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $ty::$a(s) => std::pin::Pin::new(s).poll_flush(cx),
+                    $ty::$b(s) => std::pin::Pin::new(s).poll_flush(cx),
+                }
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                match self.get_mut() {
+                    $ty::$a(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+                    $ty::$b(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+                }
+            }
+
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                match self.get_mut() {
+                    $ty::$a(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+                    $ty::$b(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+                }
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                match self {
+                    $ty::$a(s) => s.is_write_vectored(),
+                    $ty::$b(s) => s.is_write_vectored(),
+                }
+            }
+        }
+    };
+}
+pub(crate) use two_stream_io;
+
 /// An accepted connection: plaintext, or TLS after a completed handshake.
 pub(crate) enum Conn {
     Plain(Counted),
     Tls(Box<tokio_rustls::server::TlsStream<Counted>>),
 }
 
-impl AsyncRead for Conn {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(c) => Pin::new(c).poll_read(cx, buf),
-            Conn::Tls(c) => Pin::new(c.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Conn {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Plain(c) => Pin::new(c).poll_write(cx, buf),
-            Conn::Tls(c) => Pin::new(c.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(c) => Pin::new(c).poll_flush(cx),
-            Conn::Tls(c) => Pin::new(c.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Conn::Plain(c) => Pin::new(c).poll_shutdown(cx),
-            Conn::Tls(c) => Pin::new(c.as_mut()).poll_shutdown(cx),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Conn::Plain(c) => Pin::new(c).poll_write_vectored(cx, bufs),
-            Conn::Tls(c) => Pin::new(c.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Conn::Plain(c) => c.is_write_vectored(),
-            Conn::Tls(c) => c.is_write_vectored(),
-        }
-    }
-}
+two_stream_io!(Conn, Plain, Tls);
 
 impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;

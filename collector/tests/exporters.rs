@@ -41,18 +41,15 @@ fn pushes_the_aggregate_upstream_over_grpc_and_http() {
         let config = "exporters:\n  prometheus:\n  otlp:\n    endpoint: http://127.0.0.1:1\n    interval: 100ms\n  otlphttp:\n    endpoint: http://127.0.0.1:1\n    interval: 100ms\nservice:\n  pipelines:\n    metrics:\n      receivers: [otlp]\n      exporters: [prometheus]\n";
         let edge = CollectorProcess::start(Some(config), &[flag, &url]);
         feed(&edge, 10.0);
-        let service = [("job", "higgsmeter-collector")];
+        // The edge's points keep their own `job` upstream (ADR 0009).
+        let service = [("job", "feeder")];
         wait_for(
             Duration::from_secs(20),
             "the upstream to receive the aggregate",
             || {
                 let f = upstream.fleet();
                 let want = 10.0 * (i + 1) as f64;
-                (sum(
-                    &f,
-                    "steps_total",
-                    &[("exported_job", "feeder"), ("kind", "train")],
-                ) == want)
+                (sum(&f, "steps_total", &[("job", "feeder"), ("kind", "train")]) == want)
                     .then_some(())
             },
         );
@@ -151,7 +148,7 @@ fn sigterm_flushes_the_otlp_exporter() {
     let status = edge.terminate();
     assert!(status.success(), "{status:?}");
     let f = upstream.fleet();
-    assert_eq!(sum(&f, "steps_total", &[("exported_job", "feeder")]), 7.0);
+    assert_eq!(sum(&f, "steps_total", &[("job", "feeder")]), 7.0);
 }
 
 #[test]
@@ -236,13 +233,19 @@ fn include_sources_pushes_each_source_under_its_own_resource() {
             (sum(&s, "steps_total", &[("job", "feeder"), ("rank", "3")]) == 9.0).then_some(s)
         },
     );
-    // The edge's fleet view arrives too, as the edge's own source.
+    // The edge's fleet view arrives too, as the edge's own source (labelled with its
+    // instance id), its points keeping their `job`.
+    let edge_source: f64 = sources
+        .iter()
+        .filter(|s| s.name == "steps_total" && s.label("higgsmeter_collector").is_some())
+        .map(|s| s.value)
+        .sum();
+    assert_eq!(edge_source, 9.0);
+    assert!(!sources.iter().any(|s| s.label("exported_job").is_some()));
+    // The upstream's fleet counts the feeder once: the forwarded series are not summed
+    // again (ADR 0009).
     assert_eq!(
-        sum(
-            &sources,
-            "steps_total",
-            &[("job", "higgsmeter-collector"), ("exported_job", "feeder")]
-        ),
+        sum(&upstream.fleet(), "steps_total", &[("job", "feeder")]),
         9.0
     );
 }

@@ -87,6 +87,51 @@ pub(crate) fn grpc_endpoint(
     Ok((endpoint, metadata))
 }
 
+/// An OTLP/HTTP URL: `endpoint` as written when it has a path (other than the other
+/// signal's `/v1/metrics`), else with `/v1/<signal>` appended.
+pub(crate) fn signal_url(endpoint: &str, signal: &str) -> Result<http::Uri, String> {
+    let trimmed = endpoint.trim_end_matches('/');
+    let base = if signal == "metrics" {
+        trimmed
+    } else {
+        trimmed.strip_suffix("/v1/metrics").unwrap_or(trimmed)
+    };
+    let after_scheme = base.split_once("://").map_or(base, |(_, r)| r);
+    let url = if after_scheme.contains('/') && base == trimmed {
+        base.to_owned()
+    } else {
+        format!("{base}/v1/{signal}")
+    };
+    url.parse::<http::Uri>()
+        .map_err(|e| format!("bad endpoint {url}: {e}"))
+}
+
+/// A protobuf POST to `url` with `headers`, gzip-compressed when `gzip`.
+pub(crate) fn protobuf_post(
+    url: &http::Uri,
+    headers: &http::HeaderMap,
+    gzip: bool,
+    body: Bytes,
+) -> Result<http::Request<Full<Bytes>>, String> {
+    let mut builder = http::Request::post(url.clone());
+    if let Some(h) = builder.headers_mut() {
+        h.extend(headers.clone());
+    }
+    builder = builder.header(http::header::CONTENT_TYPE, "application/x-protobuf");
+    let body = if gzip {
+        let mut enc = flate2::write::GzEncoder::new(
+            Vec::with_capacity(body.len() / 4),
+            flate2::Compression::fast(),
+        );
+        enc.write_all(&body).map_err(|e| e.to_string())?;
+        builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
+        Bytes::from(enc.finish().map_err(|e| e.to_string())?)
+    } else {
+        body
+    };
+    builder.body(Full::new(body)).map_err(|e| e.to_string())
+}
+
 /// The exporter's headers, for HTTP.
 pub(crate) fn header_map(cfg: &OtlpExporter) -> Result<http::HeaderMap, String> {
     let mut headers = http::HeaderMap::new();
@@ -116,16 +161,7 @@ impl Sender {
                 })
             }
             PushProtocol::Http => {
-                let trimmed = cfg.endpoint.trim_end_matches('/');
-                let after_scheme = trimmed.split_once("://").map_or(trimmed, |(_, r)| r);
-                let url = if after_scheme.contains('/') {
-                    trimmed.to_owned()
-                } else {
-                    format!("{trimmed}/v1/metrics")
-                };
-                let url = url
-                    .parse::<http::Uri>()
-                    .map_err(|e| format!("bad endpoint {url}: {e}"))?;
+                let url = signal_url(&cfg.endpoint, "metrics")?;
                 let client = Client::builder(TokioExecutor::new()).build(connector);
                 Ok(Sender::Http {
                     client: Box::new(client),
@@ -163,24 +199,8 @@ impl Sender {
                 gzip,
                 headers,
             } => {
-                let mut body = request.encode_to_vec();
-                let mut builder = http::Request::post(url.clone());
-                if let Some(h) = builder.headers_mut() {
-                    h.extend(headers.clone());
-                }
-                builder = builder.header(http::header::CONTENT_TYPE, "application/x-protobuf");
-                if *gzip {
-                    let mut enc = flate2::write::GzEncoder::new(
-                        Vec::with_capacity(body.len() / 4),
-                        flate2::Compression::fast(),
-                    );
-                    enc.write_all(&body).map_err(|e| e.to_string())?;
-                    body = enc.finish().map_err(|e| e.to_string())?;
-                    builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
-                }
-                let req = builder
-                    .body(Full::new(Bytes::from(body)))
-                    .map_err(|e| e.to_string())?;
+                let body = Bytes::from(request.encode_to_vec());
+                let req = protobuf_post(url, headers, *gzip, body)?;
                 let response = tokio::time::timeout(timeout, client.request(req))
                     .await
                     .map_err(|_| "timed out".to_owned())?

@@ -17,7 +17,6 @@
 //! - On shutdown what is queued is sent within the exporters' share of
 //!   `service.shutdown_timeout`; what is left then is counted as dropped.
 
-use std::io::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -324,21 +323,11 @@ impl Sender {
             }
             PushProtocol::Http => {
                 let url = match &cfg.traces_endpoint {
-                    Some(u) => u.clone(),
-                    None => {
-                        let trimmed = cfg.endpoint.trim_end_matches('/');
-                        let base = trimmed.strip_suffix("/v1/metrics").unwrap_or(trimmed);
-                        let after_scheme = base.split_once("://").map_or(base, |(_, r)| r);
-                        if after_scheme.contains('/') && base == trimmed {
-                            base.to_owned()
-                        } else {
-                            format!("{base}/v1/traces")
-                        }
-                    }
+                    Some(u) => u
+                        .parse::<http::Uri>()
+                        .map_err(|e| format!("bad traces endpoint {u}: {e}"))?,
+                    None => super::otlp::signal_url(&cfg.endpoint, "traces")?,
                 };
-                let url = url
-                    .parse::<http::Uri>()
-                    .map_err(|e| format!("bad traces endpoint {url}: {e}"))?;
                 Ok(Sender::Http {
                     client: Box::new(Client::builder(TokioExecutor::new()).build(connector)),
                     url,
@@ -389,30 +378,9 @@ impl Sender {
                 gzip,
                 headers,
             } => {
-                let mut builder = http::Request::post(url.clone());
-                if let Some(h) = builder.headers_mut() {
-                    h.extend(headers.clone());
-                }
-                builder = builder.header(http::header::CONTENT_TYPE, "application/x-protobuf");
-                let body = if *gzip {
-                    let mut enc = flate2::write::GzEncoder::new(
-                        Vec::with_capacity(batch.len() / 4),
-                        flate2::Compression::fast(),
-                    );
-                    if let Err(e) = enc.write_all(&batch) {
-                        return Sent::Drop(e.to_string());
-                    }
-                    builder = builder.header(http::header::CONTENT_ENCODING, "gzip");
-                    match enc.finish() {
-                        Ok(b) => Bytes::from(b),
-                        Err(e) => return Sent::Drop(e.to_string()),
-                    }
-                } else {
-                    batch
-                };
-                let request = match builder.body(Full::new(body)) {
+                let request = match super::otlp::protobuf_post(url, headers, *gzip, batch) {
                     Ok(r) => r,
-                    Err(e) => return Sent::Drop(e.to_string()),
+                    Err(e) => return Sent::Drop(e),
                 };
                 let call = async {
                     let response = client.request(request).await.map_err(|e| e.to_string())?;
