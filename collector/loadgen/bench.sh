@@ -167,7 +167,14 @@ for rep in $(seq 1 "${REPEAT:-1}"); do
         done
     done
     [[ ${PACED:-1} == 1 ]] || continue
-    for peer in $LIVE_PEERS; do run "$peer" grpc --rate "$RATE"; done
+    for peer in $LIVE_PEERS; do
+        if [[ $peer == higgsmeter-traces ]]; then
+            # shellcheck disable=SC2086 # TRACES_ARGS is a list of arguments
+            for tr in $TRACES_RATES; do run "$peer" grpc --rate "$RATE" --traces-rate "$tr" $TRACES_ARGS; done
+        else
+            run "$peer" grpc --rate "$RATE"
+        fi
+    done
     if [[ ${GZIP:-0} == 1 ]]; then
         for peer in $LIVE_PEERS; do run "$peer" grpc --rate "$RATE" --gzip; done
     fi
@@ -239,15 +246,16 @@ for (label, proto, rate, trate), s in summary.items():
           f'{f(s["rss"], "{:.1f}")} ({f(s["rss_max"], "{:.1f}")}) | {f(s["lg"], "{:.0f}")} | {f(s["other"], "{:.0f}")} | {s["load"]} |')
 traces_rows = [(k, s) for k, s in summary.items() if k[0] == "higgsmeter-traces"]
 if traces_rows:
-    print("\n| configuration | protocol | accepted points/s (median) | runs | vs no traces pipeline | collector CPU % | collector CPU % per 100k points/s | spans/s accepted (median) | spans refused (all runs) | loadgen CPU % | other CPU % | load avg (1 min) |")
+    print("\n| configuration | metrics protocol | accepted points/s (median) | runs | vs no traces pipeline | collector CPU % | collector CPU % per 100k points/s | spans/s accepted (median) | spans refused (all runs) | loadgen CPU % | other CPU % | load avg (1 min) |")
     print("|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    for proto in dict.fromkeys(k[1] for k, _ in traces_rows):
-        base = summary.get(("higgsmeter", proto, None, None))
-        rows_p = ([(("higgsmeter", proto, None, None), base)] if base else []) + sorted(
-            [(k, s) for k, s in traces_rows if k[1] == proto and k[2] is None], key=lambda ks: ks[0][3])
+    for proto, rate in dict.fromkeys((k[1], k[2]) for k, _ in traces_rows):
+        base = summary.get(("higgsmeter", proto, rate, None))
+        rows_p = ([(("higgsmeter", proto, rate, None), base)] if base else []) + sorted(
+            [(k, s) for k, s in traces_rows if k[1] == proto and k[2] == rate], key=lambda ks: ks[0][3])
         for (label, _, _, trate), s in rows_p:
             name = "no traces pipeline" if label == "higgsmeter" else (
                 "pipeline, no traces" if not trate else f"pipeline, {trate:,.0f} spans/s")
+            name += "" if rate is None else f" (metrics paced at {rate:,.0f}/s)"
             ratio = f'{s["pps"] / base["pps"]:.2f}x' if base and base["pps"] else ""
             per100k = s["cpu"] / (s["pps"] / 1e5) if s["cpu"] and s["pps"] else None
             runs = " / ".join(f"{v / 1e6:.2f}M" for v in s["runs"])
