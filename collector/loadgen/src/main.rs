@@ -6,11 +6,14 @@
 //! resource with `service.instance.id` and `rank`), sends them with C requests in
 //! flight over OTLP/gRPC or OTLP/HTTP, at full speed or at a fixed points/s, for a
 //! bounded time, and reports accepted points/s, p50/p99 latency and the target's CPU%
-//! and RSS. `--sink` turns it into a decode-only OTLP receiver, the floor.
+//! and RSS. `--sink` turns it into a decode-only OTLP receiver (metrics and traces),
+//! the floor. `--traces-rate` sends OTLP traces alongside the metrics load, paced, from
+//! a thread of their own, and reports the spans accepted and refused.
 //!
 //! ```text
 //! higgsmeter-loadgen --sink 127.0.0.1:14317 --sink-for 60 &
 //! higgsmeter-loadgen --endpoint http://127.0.0.1:14317 --pid $! --duration 10
+//! higgsmeter-loadgen --endpoint http://127.0.0.1:14317 --traces-rate 20000 --duration 10
 //! higgsmeter-loadgen --spawn "rotel-agent start --exporter blackhole ..." --rate 100000
 //! ```
 //!
@@ -23,6 +26,7 @@ mod report;
 mod send;
 mod sink;
 mod spawn;
+mod traces;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -120,10 +124,33 @@ struct Cli {
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     json: bool,
+    /// Also send OTLP traces at this many spans per second while the metrics load runs
+    /// (0: none), to --traces-endpoint; they are reported separately.
+    #[arg(long, value_name = "SPANS_PER_S")]
+    traces_rate: Option<f64>,
+    /// Protocol of the traces (default: --protocol).
+    #[arg(long, value_enum)]
+    traces_protocol: Option<Protocol>,
+    /// Where to send traces (default: --endpoint for gRPC; its `/v1/metrics` replaced
+    /// by `/v1/traces` for HTTP; required when --traces-protocol differs from --protocol).
+    #[arg(long)]
+    traces_endpoint: Option<String>,
+    /// Spans per trace request (one root span and its children; the OTel SDKs' batch
+    /// span processors send up to 512).
+    #[arg(long, default_value_t = 100)]
+    spans_per_request: usize,
+    /// Attributes per span (`state`, `operation`, `code.filepath`, `code.lineno`, then
+    /// `attr.N` strings).
+    #[arg(long, default_value_t = 4)]
+    span_attributes: usize,
+    /// Trace requests in flight (each on its own connection).
+    #[arg(long, default_value_t = 2)]
+    traces_concurrency: usize,
     /// Run as a decode-only OTLP/gRPC sink on this address instead of generating load.
     #[arg(long, value_name = "ADDR")]
     sink: Option<SocketAddr>,
-    /// With --sink: also accept OTLP/HTTP (`POST /v1/metrics`) on this address.
+    /// With --sink: also accept OTLP/HTTP (`POST /v1/metrics`, `/v1/traces`) on this
+    /// address.
     #[arg(long, value_name = "ADDR", requires = "sink")]
     sink_http: Option<SocketAddr>,
     /// With --sink: exit after this many seconds (at most 3600).
@@ -221,6 +248,17 @@ async fn generate(cli: Cli) -> anyhow::Result<()> {
         timeout: secs("--timeout", cli.timeout)?,
         gzip: cli.gzip,
     };
+    let traces_cfg = traces_config(&cli, &endpoint, warmup + duration)?;
+    let trace_requests = match &traces_cfg {
+        Some(_) => traces::build(
+            &traces::SpanShape {
+                spans_per_request: cli.spans_per_request,
+                attributes: cli.span_attributes,
+            },
+            send::unix_nanos(),
+        )?,
+        None => Vec::new(),
+    };
     let loadavg = std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default();
@@ -230,6 +268,15 @@ async fn generate(cli: Cli) -> anyhow::Result<()> {
         let cfg = cfg.clone();
         let templates = templates.clone();
         tokio::spawn(async move { send::run(&cfg, templates, start).await })
+    };
+    let traces_sender = match &traces_cfg {
+        Some(cfg) => Some(traces::spawn(
+            cfg.clone(),
+            trace_requests,
+            cli.spans_per_request,
+            start,
+        )?),
+        None => None,
     };
     let monitor = report::Monitor::start(pid, start + warmup).await;
     let results = if cli.rounds.is_some() {
@@ -247,6 +294,16 @@ async fn generate(cli: Cli) -> anyhow::Result<()> {
         warmup + duration
     };
 
+    let traces = match traces_sender {
+        Some(handle) => Some(
+            tokio::task::spawn_blocking(move || handle.join())
+                .await
+                .context("joining the traces thread")?
+                .map_err(|_| anyhow::anyhow!("the traces thread panicked"))??,
+        ),
+        None => None,
+    };
+
     let scrape = match &cli.scrape {
         Some(url) => Some(report::scrape(url, cli.scrape_count, pid).await?),
         None => None,
@@ -255,7 +312,7 @@ async fn generate(cli: Cli) -> anyhow::Result<()> {
         target.stop();
     }
 
-    let rep = report::Report::build(
+    let mut rep = report::Report::build(
         &cli.label,
         &cfg,
         &shape,
@@ -267,6 +324,9 @@ async fn generate(cli: Cli) -> anyhow::Result<()> {
         scrape,
         loadavg,
     );
+    if let (Some(cfg), Some(t)) = (&traces_cfg, &traces) {
+        rep.traces = Some(t.report(cfg, warmup, window_end));
+    }
     if cli.json {
         println!("{}", serde_json::to_string(&rep)?);
     } else {
@@ -279,4 +339,46 @@ async fn generate(cli: Cli) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The traces load `cli` asks for, if any (`--traces-rate` absent or 0: none).
+fn traces_config(
+    cli: &Cli,
+    endpoint: &str,
+    stop_after: Duration,
+) -> anyhow::Result<Option<traces::TracesConfig>> {
+    let rate = match cli.traces_rate {
+        None => return Ok(None),
+        Some(r) => {
+            ensure!(
+                r.is_finite() && r >= 0.0,
+                "--traces-rate must be a non-negative number of spans per second"
+            );
+            if r == 0.0 {
+                return Ok(None);
+            }
+            r
+        }
+    };
+    let protocol = cli.traces_protocol.unwrap_or(cli.protocol);
+    let endpoint = match (&cli.traces_endpoint, protocol) {
+        (Some(e), _) => e.clone(),
+        (None, p) if p != cli.protocol => {
+            bail!("--traces-protocol differs from --protocol: give --traces-endpoint too")
+        }
+        (None, Protocol::Grpc) => endpoint.to_owned(),
+        (None, Protocol::Http) => {
+            let base = endpoint.trim_end_matches('/');
+            let base = base.strip_suffix("/v1/metrics").unwrap_or(base);
+            format!("{base}/v1/traces")
+        }
+    };
+    Ok(Some(traces::TracesConfig {
+        protocol,
+        endpoint,
+        rate,
+        concurrency: cli.traces_concurrency,
+        stop_after,
+        timeout: secs("--timeout", cli.timeout)?,
+    }))
 }

@@ -249,6 +249,8 @@ pub(crate) struct Report {
     pub(crate) errors: Vec<String>,
     /// Exposition timing, if asked.
     pub(crate) scrape: Option<Scrape>,
+    /// The traces sent alongside, if asked (`--traces-rate`).
+    pub(crate) traces: Option<crate::traces::TracesReport>,
 }
 
 impl Report {
@@ -332,6 +334,7 @@ impl Report {
             loadavg_at_start,
             errors,
             scrape,
+            traces: None,
         }
     }
 
@@ -399,6 +402,26 @@ impl Report {
                     f(s.target_rss_after_mib, " MiB"),
                     f(s.target_hwm_after_mib, " MiB")
                 );
+            }
+        }
+        if let Some(t) = &self.traces {
+            println!(
+                "  traces {:?} {}: target {:.0} spans/s ({} spans, {} B per request); accepted {:.0} spans/s; in the window {} spans sent, {} accepted, {} refused ({} requests failed); {} accepted over the run; p50 {:.2} ms",
+                t.protocol,
+                t.endpoint,
+                t.target_spans_per_s,
+                t.spans_per_request,
+                t.request_bytes,
+                t.accepted_spans_per_s,
+                t.spans_sent,
+                t.spans_accepted,
+                t.spans_refused,
+                t.requests_failed,
+                t.spans_accepted_total,
+                t.latency_p50_ms
+            );
+            for e in &t.errors {
+                println!("  traces error: {e}");
             }
         }
         for e in &self.errors {

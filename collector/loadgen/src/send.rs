@@ -19,6 +19,9 @@ use crate::payload::Template;
 
 /// The OTLP metrics export method.
 const EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+/// The OTLP traces export method.
+pub(crate) const TRACES_EXPORT_PATH: &str =
+    "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
 
 /// Wire protocol of the load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -117,63 +120,81 @@ impl Decoder for RawDecoder {
     }
 }
 
-struct HttpTarget {
+/// An OTLP/HTTP target: one hyper client and the URL it posts to.
+pub(crate) struct HttpTarget {
     client: HttpClient<HttpConnector, Full<Bytes>>,
     uri: hyper::Uri,
     gzip: bool,
 }
 
-enum Client {
+/// One connection to an OTLP receiver, gRPC or HTTP.
+pub(crate) enum Client {
     Grpc(tonic::client::Grpc<Channel>),
     Http(Box<HttpTarget>),
 }
 
 impl Client {
-    async fn connect(cfg: &SendConfig) -> anyhow::Result<Self> {
-        match cfg.protocol {
+    /// Connects to `endpoint` (`http://host:port` for gRPC, the whole URL for HTTP).
+    pub(crate) async fn connect(
+        protocol: Protocol,
+        endpoint: &str,
+        gzip: bool,
+    ) -> anyhow::Result<Self> {
+        match protocol {
             Protocol::Grpc => {
-                let ep = Endpoint::from_shared(cfg.endpoint.clone())
-                    .with_context(|| format!("invalid gRPC endpoint {:?}", cfg.endpoint))?
+                let ep = Endpoint::from_shared(endpoint.to_owned())
+                    .with_context(|| format!("invalid gRPC endpoint {endpoint:?}"))?
                     .connect_timeout(Duration::from_secs(5))
                     .tcp_nodelay(true);
                 let ch = ep
                     .connect()
                     .await
-                    .with_context(|| format!("connecting to {} (gRPC)", cfg.endpoint))?;
+                    .with_context(|| format!("connecting to {endpoint} (gRPC)"))?;
                 let mut grpc = tonic::client::Grpc::new(ch);
-                if cfg.gzip {
+                if gzip {
                     grpc = grpc.send_compressed(tonic::codec::CompressionEncoding::Gzip);
                 }
                 Ok(Self::Grpc(grpc))
             }
             Protocol::Http => {
-                let uri: hyper::Uri = cfg
-                    .endpoint
+                let uri: hyper::Uri = endpoint
                     .parse()
-                    .with_context(|| format!("invalid HTTP endpoint {:?}", cfg.endpoint))?;
+                    .with_context(|| format!("invalid HTTP endpoint {endpoint:?}"))?;
                 let mut conn = HttpConnector::new();
                 conn.set_nodelay(true);
                 conn.set_connect_timeout(Some(Duration::from_secs(5)));
                 let client = HttpClient::builder(TokioExecutor::new())
                     .pool_max_idle_per_host(1)
                     .build(conn);
-                Ok(Self::Http(Box::new(HttpTarget {
-                    client,
-                    uri,
-                    gzip: cfg.gzip,
-                })))
+                Ok(Self::Http(Box::new(HttpTarget { client, uri, gzip })))
             }
         }
     }
 
-    /// Sends one request; returns the number of points the receiver rejected.
+    /// Sends one metrics request; returns the number of points the receiver rejected.
     async fn send(&mut self, body: Bytes) -> Result<u64, String> {
+        let resp = self.send_raw(EXPORT_PATH, body).await?;
+        // An undecodable success response (say JSON from a lenient server) counts as
+        // all accepted: the status already said so.
+        Ok(ExportMetricsServiceResponse::decode(resp)
+            .ok()
+            .and_then(|r| r.partial_success)
+            .map_or(0, |p| p.rejected_data_points.max(0) as u64))
+    }
+
+    /// Sends one encoded request to the gRPC method `grpc_path` (over HTTP, to the
+    /// client's URL); returns the response body, or why the request failed.
+    pub(crate) async fn send_raw(
+        &mut self,
+        grpc_path: &'static str,
+        body: Bytes,
+    ) -> Result<Bytes, String> {
         let resp = match self {
             Self::Grpc(grpc) => {
                 grpc.ready()
                     .await
                     .map_err(|e| format!("gRPC connection not ready: {e}"))?;
-                let path = PathAndQuery::from_static(EXPORT_PATH);
+                let path = PathAndQuery::from_static(grpc_path);
                 grpc.unary(tonic::Request::new(body), path, RawCodec)
                     .await
                     .map_err(|s| format!("gRPC status {:?}: {}", s.code(), s.message()))?
@@ -210,12 +231,7 @@ impl Client {
                 body
             }
         };
-        // An undecodable success response (say JSON from a lenient server) counts as
-        // all accepted: the status already said so.
-        Ok(ExportMetricsServiceResponse::decode(resp)
-            .ok()
-            .and_then(|r| r.partial_success)
-            .map_or(0, |p| p.rejected_data_points.max(0) as u64))
+        Ok(resp)
     }
 }
 
@@ -248,7 +264,7 @@ pub(crate) async fn run(
     let points_per_round: f64 = templates.iter().map(|t| f64::from(t.points())).sum();
     let mut clients = Vec::with_capacity(tasks);
     for _ in 0..tasks {
-        clients.push(Client::connect(cfg).await?);
+        clients.push(Client::connect(cfg.protocol, &cfg.endpoint, cfg.gzip).await?);
     }
     let mut handles = Vec::with_capacity(tasks);
     for (id, client) in clients.into_iter().enumerate() {
@@ -339,7 +355,8 @@ async fn sender(
     res
 }
 
-fn note_error(errors: &mut Vec<String>, e: String) {
+/// Keeps the first few distinct error messages.
+pub(crate) fn note_error(errors: &mut Vec<String>, e: String) {
     if errors.len() < 5 && !errors.contains(&e) {
         errors.push(e);
     }

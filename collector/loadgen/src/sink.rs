@@ -1,7 +1,9 @@
 //! A decode-only OTLP sink: the floor any collector can be compared with.
 //!
-//! It decodes every `ExportMetricsServiceRequest` (gRPC through tonic's prost codec,
-//! HTTP through prost; gzip accepted on both), counts its data points and drops it.
+//! It decodes every `ExportMetricsServiceRequest` and `ExportTraceServiceRequest` (gRPC
+//! through tonic's prost codec, HTTP through prost; gzip accepted on both), counts its
+//! data points or spans and drops it: also the upstream of a collector's traces
+//! pipeline in benchmarks.
 
 use std::io::Read as _;
 use std::net::SocketAddr;
@@ -20,6 +22,12 @@ use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsServiceRequest, ExportMetricsServiceResponse,
 };
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use prost::Message as _;
 
 use crate::payload::count_points;
@@ -32,6 +40,8 @@ const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 struct Counters {
     requests: AtomicU64,
     points: AtomicU64,
+    trace_requests: AtomicU64,
+    spans: AtomicU64,
 }
 
 impl Counters {
@@ -39,6 +49,35 @@ impl Counters {
         self.requests.fetch_add(1, Ordering::Relaxed);
         self.points.fetch_add(count_points(req), Ordering::Relaxed);
     }
+
+    fn add_traces(&self, req: &ExportTraceServiceRequest) {
+        let spans: usize = req
+            .resource_spans
+            .iter()
+            .flat_map(|r| &r.scope_spans)
+            .map(|s| s.spans.len())
+            .sum();
+        self.trace_requests.fetch_add(1, Ordering::Relaxed);
+        self.spans.fetch_add(spans as u64, Ordering::Relaxed);
+    }
+
+    fn totals(&self) -> Totals {
+        Totals {
+            requests: self.requests.load(Ordering::Relaxed),
+            points: self.points.load(Ordering::Relaxed),
+            trace_requests: self.trace_requests.load(Ordering::Relaxed),
+            spans: self.spans.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What the sink received in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Totals {
+    requests: u64,
+    points: u64,
+    trace_requests: u64,
+    spans: u64,
 }
 
 #[derive(Debug)]
@@ -52,6 +91,17 @@ impl MetricsService for GrpcSink {
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
         self.0.add(request.get_ref());
         Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+#[tonic::codegen::async_trait]
+impl TraceService for GrpcSink {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.0.add_traces(request.get_ref());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
 }
 
@@ -84,40 +134,43 @@ pub(crate) async fn run(
     };
     eprintln!(
         "sink: gRPC on {grpc}{}; stops after {} s",
-        http.map(|h| format!(", HTTP on {h}/v1/metrics"))
+        http.map(|h| format!(", HTTP on {h}/v1/metrics and /v1/traces"))
             .unwrap_or_default(),
         run_for.as_secs()
     );
-    let (requests, points) = serve(grpc_listener, http_listener, stop).await?;
-    eprintln!("sink: received {requests} requests, {points} points");
+    let t = serve(grpc_listener, http_listener, stop).await?;
+    eprintln!(
+        "sink: received {} requests, {} points; {} trace requests, {} spans",
+        t.requests, t.points, t.trace_requests, t.spans
+    );
     Ok(())
 }
 
-/// Serves on already-bound listeners until `stop` completes; returns the requests and
-/// points received.
+/// Serves on already-bound listeners until `stop` completes; returns what was received.
 async fn serve(
     grpc: tokio::net::TcpListener,
     http: Option<tokio::net::TcpListener>,
     stop: impl std::future::Future<Output = ()> + Send,
-) -> anyhow::Result<(u64, u64)> {
+) -> anyhow::Result<Totals> {
     let counters = Arc::new(Counters::default());
     let svc = MetricsServiceServer::new(GrpcSink(counters.clone()))
+        .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+        .max_decoding_message_size(MAX_MESSAGE);
+    let traces = TraceServiceServer::new(GrpcSink(counters.clone()))
         .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
         .max_decoding_message_size(MAX_MESSAGE);
     let incoming = tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true));
     let http_task = http.map(|l| tokio::spawn(http_accept_loop(l, counters.clone())));
     let result = tonic::transport::Server::builder()
         .add_service(svc)
+        .add_service(traces)
         .serve_with_incoming_shutdown(incoming, stop)
         .await;
     if let Some(t) = http_task {
         t.abort();
     }
     result.context("running the gRPC sink")?;
-    Ok((
-        counters.requests.load(Ordering::Relaxed),
-        counters.points.load(Ordering::Relaxed),
-    ))
+    Ok(counters.totals())
 }
 
 async fn http_accept_loop(listener: tokio::net::TcpListener, counters: Arc<Counters>) {
@@ -148,10 +201,20 @@ async fn handle_http(
         *r.status_mut() = code;
         r
     };
-    if req.uri().path() != "/v1/metrics" || req.method() != hyper::Method::POST {
+    let traces = match req.uri().path() {
+        "/v1/metrics" => false,
+        "/v1/traces" => true,
+        _ => {
+            return Ok(reply(
+                StatusCode::NOT_FOUND,
+                Bytes::from_static(b"POST /v1/metrics or /v1/traces"),
+            ));
+        }
+    };
+    if req.method() != hyper::Method::POST {
         return Ok(reply(
-            StatusCode::NOT_FOUND,
-            Bytes::from_static(b"POST /v1/metrics"),
+            StatusCode::METHOD_NOT_ALLOWED,
+            Bytes::from_static(b"POST only"),
         ));
     }
     let gzip = req
@@ -176,10 +239,19 @@ async fn handle_http(
         }
         body = Bytes::from(out);
     }
-    match ExportMetricsServiceRequest::decode(body) {
-        Ok(msg) => {
+    let decoded = if traces {
+        ExportTraceServiceRequest::decode(body).map(|msg| {
+            counters.add_traces(&msg);
+            ExportTraceServiceResponse::default().encode_to_vec()
+        })
+    } else {
+        ExportMetricsServiceRequest::decode(body).map(|msg| {
             counters.add(&msg);
-            let out = ExportMetricsServiceResponse::default().encode_to_vec();
+            ExportMetricsServiceResponse::default().encode_to_vec()
+        })
+    };
+    match decoded {
+        Ok(out) => {
             let mut r = reply(StatusCode::OK, Bytes::from(out));
             r.headers_mut().insert(
                 hyper::header::CONTENT_TYPE,
@@ -253,8 +325,64 @@ mod tests {
             sent += points;
         }
         stop_tx.send(()).unwrap();
-        let (requests, points) = server.await.unwrap().unwrap();
-        assert_eq!(points, sent);
-        assert_eq!(requests, 4 * 2 * templates.len() as u64);
+        let totals = server.await.unwrap().unwrap();
+        assert_eq!(totals.points, sent);
+        assert_eq!(totals.requests, 4 * 2 * templates.len() as u64);
+        assert_eq!((totals.trace_requests, totals.spans), (0, 0));
+    }
+
+    /// The traces sender against the sink over both protocols: every span it counts as
+    /// accepted is one the sink decoded, at about the rate asked for.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn traces_sender_and_sink_agree_over_grpc_and_http() {
+        let grpc = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (g, h) = (grpc.local_addr().unwrap(), http.local_addr().unwrap());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(grpc, Some(http), async move {
+            let _ = stop_rx.await;
+        }));
+        let shape = crate::traces::SpanShape {
+            spans_per_request: 20,
+            attributes: 6,
+        };
+        let requests = crate::traces::build(&shape, 1_000_000_000_000).unwrap();
+        let mut accepted = 0;
+        for (protocol, endpoint) in [
+            (Protocol::Grpc, format!("http://{g}")),
+            (Protocol::Http, format!("http://{h}/v1/traces")),
+        ] {
+            let cfg = crate::traces::TracesConfig {
+                protocol,
+                endpoint,
+                rate: 4_000.0,
+                concurrency: 2,
+                stop_after: Duration::from_millis(500),
+                timeout: Duration::from_secs(10),
+            };
+            let handle =
+                crate::traces::spawn(cfg.clone(), requests.clone(), 20, Instant::now()).unwrap();
+            let result = tokio::task::spawn_blocking(move || handle.join())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let rep = result.report(&cfg, Duration::ZERO, Duration::from_secs(60));
+            assert_eq!(rep.requests_failed, 0, "{protocol:?}: {:?}", rep.errors);
+            assert_eq!(rep.spans_refused, 0);
+            assert_eq!(rep.spans_accepted, rep.spans_sent);
+            // 4,000 spans/s for 0.5 s: 2,000 spans, 100 requests (the last ones may be cut).
+            assert!(
+                (1_800..=2_000).contains(&rep.spans_accepted),
+                "{protocol:?}: {}",
+                rep.spans_accepted
+            );
+            accepted += rep.spans_accepted_total;
+        }
+        stop_tx.send(()).unwrap();
+        let totals = server.await.unwrap().unwrap();
+        assert_eq!(totals.spans, accepted);
+        assert_eq!(totals.trace_requests, accepted / 20);
+        assert_eq!((totals.requests, totals.points), (0, 0));
     }
 }
