@@ -956,24 +956,13 @@ impl Config {
                     };
                     check_url(&format!("exporters.{name}.endpoint"), &e.endpoint)?;
                     check_exporter_security(name, &e.endpoint, &e.tls, &e.headers)?;
-                    if e.interval.is_zero() || e.timeout.is_zero() {
-                        return Err(config_error(
-                            format!("exporters.{name}.interval"),
-                            "interval and timeout must be more than 0",
-                        ));
-                    }
-                    if e.sending_queue.queue_size == 0 {
-                        return Err(config_error(
-                            format!("exporters.{name}.sending_queue.queue_size"),
-                            "must be at least 1",
-                        ));
-                    }
-                    if e.retry_on_failure.initial_interval.is_zero() {
-                        return Err(config_error(
-                            format!("exporters.{name}.retry_on_failure.initial_interval"),
-                            "must be more than 0",
-                        ));
-                    }
+                    check_push(
+                        &format!("exporters.{name}"),
+                        e.interval,
+                        e.timeout,
+                        &e.sending_queue,
+                        &e.retry_on_failure,
+                    )?;
                     plan.pushes.push((proto, e.clone()));
                 }
                 "prometheusremotewrite" => {
@@ -1116,6 +1105,36 @@ impl Config {
         cfg.token()?;
         Ok(Some(cfg.clone()))
     }
+}
+
+/// A pushing exporter's `interval`, `timeout`, `sending_queue.queue_size` and
+/// `retry_on_failure.initial_interval` (`prefix`: its key).
+pub(crate) fn check_push(
+    prefix: &str,
+    interval: Duration,
+    timeout: Duration,
+    queue: &SendingQueue,
+    retry: &RetryOnFailure,
+) -> Result<(), Error> {
+    if interval.is_zero() || timeout.is_zero() {
+        return Err(config_error(
+            format!("{prefix}.interval"),
+            "interval and timeout must be more than 0",
+        ));
+    }
+    if queue.queue_size == 0 {
+        return Err(config_error(
+            format!("{prefix}.sending_queue.queue_size"),
+            "must be at least 1",
+        ));
+    }
+    if retry.initial_interval.is_zero() {
+        return Err(config_error(
+            format!("{prefix}.retry_on_failure.initial_interval"),
+            "must be more than 0",
+        ));
+    }
+    Ok(())
 }
 
 /// An exporter's `tls` and `headers`: TLS only with `https://`, files checked, header

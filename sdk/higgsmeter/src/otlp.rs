@@ -1,6 +1,8 @@
 //! The OTLP push exporter (gRPC via tonic, or HTTP/protobuf), over TLS (rustls) for
 //! an `https://` endpoint or when TLS files are set.
 
+use std::collections::HashMap;
+
 use opentelemetry_otlp::tonic_types::metadata::MetadataMap;
 use opentelemetry_otlp::{MetricExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::metrics::PeriodicReader;
@@ -104,6 +106,30 @@ fn no_tls(s: &OtlpSettings) -> Result<(), Error> {
     Ok(())
 }
 
+/// OTLP headers as gRPC metadata (the metric and the span exporters').
+pub(crate) fn metadata(headers: &HashMap<String, String>) -> Result<MetadataMap, Error> {
+    use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
+    let mut map = MetadataMap::new();
+    for (k, v) in headers {
+        let key = k
+            .parse::<MetadataKey<Ascii>>()
+            .map_err(|_| Error::InvalidSetting {
+                name: "otlp header",
+                value: k.clone(),
+                reason: "not a valid gRPC metadata key (lowercase ASCII)",
+            })?;
+        let value = v
+            .parse::<MetadataValue<Ascii>>()
+            .map_err(|_| Error::InvalidSetting {
+                name: "otlp header",
+                value: v.clone(),
+                reason: "not a valid gRPC metadata value (visible ASCII)",
+            })?;
+        map.insert(key, value);
+    }
+    Ok(map)
+}
+
 /// A periodic reader pushing to the configured OTLP endpoint. Must run inside the
 /// export runtime's context (tonic connects lazily on it).
 pub(crate) fn reader(s: &OtlpSettings) -> Result<PeriodicReader<MetricExporter>, Error> {
@@ -122,25 +148,7 @@ pub(crate) fn reader(s: &OtlpSettings) -> Result<PeriodicReader<MetricExporter>,
                 b = b.with_endpoint(e.clone());
             }
             if !s.headers.is_empty() {
-                let mut map = MetadataMap::new();
-                for (k, v) in &s.headers {
-                    let key = k
-                        .parse::<tonic::metadata::MetadataKey<tonic::metadata::Ascii>>()
-                        .map_err(|_| Error::InvalidSetting {
-                            name: "otlp header",
-                            value: k.clone(),
-                            reason: "not a valid gRPC metadata key (lowercase ASCII)",
-                        })?;
-                    let value = v
-                        .parse::<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>()
-                        .map_err(|_| Error::InvalidSetting {
-                            name: "otlp header",
-                            value: v.clone(),
-                            reason: "not a valid gRPC metadata value (visible ASCII)",
-                        })?;
-                    map.insert(key, value);
-                }
-                b = b.with_metadata(map);
+                b = b.with_metadata(metadata(&s.headers)?);
             }
             if let Some(t) = s.temporality {
                 b = b.with_temporality(t);

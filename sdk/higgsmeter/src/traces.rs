@@ -640,7 +640,7 @@ mod imp {
                     b = b.with_endpoint(e.clone());
                 }
                 if !s.headers.is_empty() {
-                    b = b.with_metadata(metadata(&s.headers)?);
+                    b = b.with_metadata(crate::otlp::metadata(&s.headers)?);
                 }
                 if s.https || s.tls.any() {
                     #[cfg(feature = "tls")]
@@ -677,31 +677,6 @@ mod imp {
             endpoint: endpoint_label,
             source,
         })
-    }
-
-    fn metadata(
-        headers: &HashMap<String, String>,
-    ) -> Result<opentelemetry_otlp::tonic_types::metadata::MetadataMap, Error> {
-        use tonic::metadata::{Ascii, MetadataKey, MetadataValue};
-        let mut map = opentelemetry_otlp::tonic_types::metadata::MetadataMap::new();
-        for (k, v) in headers {
-            let key = k
-                .parse::<MetadataKey<Ascii>>()
-                .map_err(|_| Error::InvalidSetting {
-                    name: "otlp header",
-                    value: k.clone(),
-                    reason: "not a valid gRPC metadata key (lowercase ASCII)",
-                })?;
-            let value = v
-                .parse::<MetadataValue<Ascii>>()
-                .map_err(|_| Error::InvalidSetting {
-                    name: "otlp header",
-                    value: v.clone(),
-                    reason: "not a valid gRPC metadata value (visible ASCII)",
-                })?;
-            map.insert(key, value);
-        }
-        Ok(map)
     }
 
     /// tracing-opentelemetry's layer, shown only the spans and events its filter

@@ -135,30 +135,18 @@ impl RemoteWriteExporter {
                 ));
             }
         }
-        if self.interval.is_zero() || self.timeout.is_zero() {
-            return Err(error(
-                format!("{KEY}.interval"),
-                "interval and timeout must be more than 0",
-            ));
-        }
         if self.max_batch_size_bytes < 1024 {
             return Err(error(
                 format!("{KEY}.max_batch_size_bytes"),
                 "must be at least 1024",
             ));
         }
-        if self.sending_queue.queue_size == 0 {
-            return Err(error(
-                format!("{KEY}.sending_queue.queue_size"),
-                "must be at least 1",
-            ));
-        }
-        if self.retry_on_failure.initial_interval.is_zero() {
-            return Err(error(
-                format!("{KEY}.retry_on_failure.initial_interval"),
-                "must be more than 0",
-            ));
-        }
-        Ok(())
+        crate::config::check_push(
+            KEY,
+            self.interval,
+            self.timeout,
+            &self.sending_queue,
+            &self.retry_on_failure,
+        )
     }
 }
