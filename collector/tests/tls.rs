@@ -174,6 +174,9 @@ fn python_client(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// A collector config with TLS everywhere and the token on the receivers. Sources stay
+/// live for 10 minutes: a probe pushed once must not leave the per-source view while a
+/// slow machine builds the next client.
 fn secured_config(pki: &Pki, token_line: &str, client_ca: bool) -> String {
     let client_ca = if client_ca {
         format!(", client_ca_file: {}", pki.path("ca.pem"))
@@ -191,6 +194,7 @@ fn secured_config(pki: &Pki, token_line: &str, client_ca: bool) -> String {
          \x20     grpc:\n        endpoint: 127.0.0.1:0\n        tls: {tls}\n        auth: {{authenticator: bearertokenauth}}\n\
          \x20     http:\n        endpoint: 127.0.0.1:0\n        tls: {tls}\n        auth: {{authenticator: bearertokenauth}}\n\
          exporters:\n  prometheus:\n    endpoint: 127.0.0.1:0\n    tls: {{cert_file: {}, key_file: {}}}\n\
+         processors:\n  higgsmeter:\n    stale_after: 10m\n\
          service:\n  extensions: [bearertokenauth]\n",
         pki.path("server.pem"),
         pki.path("server.key"),
