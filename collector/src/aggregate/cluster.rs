@@ -59,7 +59,7 @@ impl Aggregator {
     /// Every source's identity, state, seconds per state, GPU utilisation and staleness.
     pub(crate) fn cluster_reading(&self) -> ClusterReading {
         let now = self.now();
-        let store = self.lock();
+        let store = self.read();
         super::store::cluster_read(&store, now)
     }
 }

@@ -16,7 +16,7 @@ mod store;
 mod wire;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -144,7 +144,9 @@ impl StateSnapshot {
 
 /// The shared aggregation state: ingest from any receiver, render for any exporter.
 pub struct Aggregator {
-    store: Mutex<Store>,
+    /// Read-locked by ingest (in parallel) and by the views; write-locked to create
+    /// sources, metrics and series, to forget them, and to copy a checkpoint.
+    store: RwLock<Store>,
     stats: Arc<SelfMetrics>,
     epoch: Instant,
     /// When the aggregation state began (unix ns): this process's start, or the
@@ -208,7 +210,7 @@ impl Aggregator {
         let mut store = Store::new(config);
         store.set_baseline_before(origin);
         Aggregator {
-            store: Mutex::new(store),
+            store: RwLock::new(store),
             stats,
             epoch: Instant::now(),
             origin_unix_nanos: origin,
@@ -237,7 +239,7 @@ impl Aggregator {
         let count = store.restore(state, CLOCK_BASE, elapsed)?;
         Ok((
             Aggregator {
-                store: Mutex::new(store),
+                store: RwLock::new(store),
                 stats,
                 epoch,
                 origin_unix_nanos: state.origin_unix_nanos,
@@ -258,7 +260,8 @@ impl Aggregator {
     /// a checkpoint that holds the lock (to embed the aggregation, or measure it).
     pub fn snapshot_state(&self) -> StateSnapshot {
         let now = self.now();
-        let copy = self.lock().checkpoint(now);
+        // Alone: a series' state and its fleet entry's are copied as of one moment.
+        let copy = self.write().checkpoint(now);
         StateSnapshot {
             copy,
             instance_id: self.instance_id.clone(),
@@ -273,12 +276,12 @@ impl Aggregator {
     /// take for a counter reset.
     pub fn ready(&self) -> bool {
         let now = self.now();
-        self.lock().ready(now)
+        self.read().ready(now)
     }
 
     /// Restored sources the views still wait for (see [`Aggregator::ready`]).
     pub(crate) fn awaiting(&self) -> usize {
-        self.lock().awaiting()
+        self.read().awaiting()
     }
 
     /// The `service.instance.id` of this collector's own OTLP pushes.
@@ -297,8 +300,14 @@ impl Aggregator {
         !self.closed.load(Ordering::SeqCst)
     }
 
-    fn lock(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The store, shared with ingest.
+    fn read(&self) -> RwLockReadGuard<'_, Store> {
+        self.store.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The store, alone.
+    fn write(&self) -> RwLockWriteGuard<'_, Store> {
+        self.store.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Reads one OTLP export request; never fails as a whole (refused points are
@@ -330,7 +339,7 @@ impl Aggregator {
         wire::walk(bytes, &mut wire::Count::default())?;
         let mut outcome = Outcome::default();
         let now = self.now();
-        wire::apply(&mut self.lock(), bytes, now, &mut outcome)?;
+        wire::apply(&self.store, bytes, now, &mut outcome)?;
         self.stats.points_received[transport as usize]
             .fetch_add(outcome.received, Ordering::Relaxed);
         for (i, n) in outcome.refused.iter().enumerate() {
@@ -352,13 +361,13 @@ impl Aggregator {
     /// Forgets series silent for longer than `forget_after`.
     pub(crate) fn sweep(&self) {
         let now = self.now();
-        self.lock().sweep(now);
+        self.write().sweep(now);
     }
 
     /// The rows of a view, read under the lock; encoders format them after it.
     pub(crate) fn rows(&self, view: View) -> rows::Rows {
         let now = self.now();
-        let store = self.lock();
+        let store = self.read();
         store::rows(&store, view, now, &self.stats)
     }
 
@@ -366,7 +375,7 @@ impl Aggregator {
     /// request after it.
     pub(crate) fn otlp_rows(&self, include_sources: bool) -> rows::OtlpRows {
         let now = self.now();
-        let store = self.lock();
+        let store = self.read();
         store::otlp_rows(&store, now, include_sources)
     }
 
@@ -378,7 +387,7 @@ impl Aggregator {
     /// Sources heard from within `stale_after`, and per-source series held.
     pub fn counts(&self) -> (usize, usize) {
         let now = self.now();
-        let store = self.lock();
+        let store = self.read();
         (store.live_sources(now), store.series_held())
     }
 }

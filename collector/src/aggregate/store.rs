@@ -2,8 +2,9 @@
 //!
 //! Time is passed in (nanoseconds on a monotonic clock) so tests can drive it.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 
@@ -88,7 +89,8 @@ pub(crate) struct Source {
     target_info: std::sync::Arc<str>,
     /// `job`, kept in the fleet view unless `service.name` is summed over.
     fleet_job: Option<String>,
-    last_seen: u64,
+    /// Monotonic ns of its last request: set by ingest under the store's read lock.
+    last_seen: AtomicU64,
     series: usize,
     /// Until when (monotonic ns) a new cumulative series of this source that started
     /// before the state's origin is a baseline: the source's first export, when its
@@ -122,6 +124,9 @@ pub(crate) enum Value {
     Histogram(Hist),
 }
 
+/// A series' identity is fixed when it is created (under the store's write lock); what
+/// its points change is behind its own mutex, so requests of different sources apply
+/// their points in parallel under the store's read lock.
 pub(crate) struct Series {
     source: u32,
     metric: u32,
@@ -131,17 +136,33 @@ pub(crate) struct Series {
     attrs: std::sync::Arc<[(String, String)]>,
     /// Rendered per-source labels (source labels, point labels, static labels).
     labels: std::sync::Arc<str>,
+    /// Summed into the fleet (false for a forwarded source's series).
+    counted: bool,
+    state: Mutex<SeriesState>,
+}
+
+/// What a series' points change.
+pub(crate) struct SeriesState {
     last_seen: u64,
     start: u64,
     time: u64,
     /// No point admitted yet.
     fresh: bool,
-    /// Summed into the fleet (false for a forwarded source's series).
-    counted: bool,
     value: Value,
 }
 
 impl Series {
+    /// Its points' state (a poisoned lock is taken over: every update leaves the
+    /// state whole before anything that can panic).
+    pub(crate) fn state(&self) -> MutexGuard<'_, SeriesState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// When a point of it was last received (monotonic ns).
+    pub(crate) fn last_seen(&self) -> u64 {
+        self.state().last_seen
+    }
+
     /// The value of point attribute `key`.
     pub(crate) fn attr(&self, key: &str) -> Option<&str> {
         self.attrs
@@ -156,10 +177,28 @@ impl Series {
     }
 }
 
+/// A fleet entry's value, to create one.
 pub(crate) enum FleetValue {
     Counter(f64),
     Gauge,
     Histogram(Hist),
+}
+
+/// A fleet entry's value as it is kept: updated by every counted source's points under
+/// the store's read lock, a counter without a lock.
+enum FleetCell {
+    /// The sum's `f64` bits.
+    Counter(AtomicU64),
+    /// Combined over live sources when read.
+    Gauge,
+    Histogram(Mutex<Hist>),
+}
+
+/// A fleet entry's value, read.
+pub(crate) enum FleetRead<'a> {
+    Counter(f64),
+    Gauge,
+    Histogram(MutexGuard<'a, Hist>),
 }
 
 pub(crate) struct Fleet {
@@ -167,11 +206,68 @@ pub(crate) struct Fleet {
     /// Shared, so a checkpoint copies it by reference under the lock.
     label_pairs: std::sync::Arc<[(String, String)]>,
     labels: std::sync::Arc<str>,
-    value: FleetValue,
-    warned_bounds: bool,
+    value: FleetCell,
+    warned_bounds: AtomicBool,
 }
 
-/// The whole aggregation state, behind the aggregator's lock.
+impl Fleet {
+    fn new(
+        metric: u32,
+        label_pairs: std::sync::Arc<[(String, String)]>,
+        labels: std::sync::Arc<str>,
+        value: FleetValue,
+    ) -> Fleet {
+        let value = match value {
+            FleetValue::Counter(v) => FleetCell::Counter(AtomicU64::new(v.to_bits())),
+            FleetValue::Gauge => FleetCell::Gauge,
+            FleetValue::Histogram(h) => FleetCell::Histogram(Mutex::new(h)),
+        };
+        Fleet {
+            metric,
+            label_pairs,
+            labels,
+            value,
+            warned_bounds: AtomicBool::new(false),
+        }
+    }
+
+    /// Its accumulated value (a poisoned lock is taken over, as for [`Series::state`]).
+    pub(crate) fn value(&self) -> FleetRead<'_> {
+        match &self.value {
+            FleetCell::Counter(bits) => {
+                FleetRead::Counter(f64::from_bits(bits.load(Ordering::Relaxed)))
+            }
+            FleetCell::Gauge => FleetRead::Gauge,
+            FleetCell::Histogram(h) => {
+                FleetRead::Histogram(h.lock().unwrap_or_else(PoisonError::into_inner))
+            }
+        }
+    }
+
+    /// Adds `increment` to a counter entry.
+    fn add(&self, increment: f64) {
+        if let FleetCell::Counter(bits) = &self.value {
+            // The closure never refuses, so the update always succeeds.
+            let _ = bits.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some((f64::from_bits(b) + increment).to_bits())
+            });
+        }
+    }
+}
+
+impl Source {
+    /// When it last sent a request (monotonic ns).
+    pub(crate) fn last_seen(&self) -> u64 {
+        self.last_seen.load(Ordering::Relaxed)
+    }
+}
+
+/// The whole aggregation state, behind the aggregator's read-write lock.
+///
+/// Ingest takes the read lock: finding a source, a metric and a series is a lookup,
+/// and a point changes only its series' state and its fleet entry, each behind its
+/// own mutex, so requests apply in parallel. Creating a source, a metric or a series
+/// (and anything that forgets one) takes the write lock.
 pub(crate) struct Store {
     config: AggregateConfig,
     stale_after: u64,
@@ -196,7 +292,7 @@ pub(crate) struct Store {
     /// render order (by name, then labels) depends on.
     layout: u64,
     /// The render order of each view and the last output sizes, kept between scrapes.
-    render_cache: RefCell<RenderCache>,
+    render_cache: Mutex<RenderCache>,
     /// Unix ns: a new source's cumulative series that started before this are a
     /// baseline (their value so far was counted by no fleet here); 0: never.
     baseline_before: u64,
@@ -252,7 +348,7 @@ impl Store {
             sum_over,
             last_eviction: 0,
             layout: 0,
-            render_cache: RefCell::default(),
+            render_cache: Mutex::default(),
             baseline_before: 0,
             awaiting: 0,
             hold_until: 0,
@@ -291,15 +387,28 @@ impl Store {
         self.sources
             .iter()
             .flatten()
-            .filter(|s| self.is_live(s.last_seen, now))
+            .filter(|s| self.is_live(s.last_seen(), now))
             .count()
+    }
+
+    /// The source of resource `attrs` when it is known and not awaited (the read
+    /// lock's part of [`Store::source_for`]), marked seen.
+    pub(crate) fn find_source(&self, attrs: &[Kv<'_>], now: u64) -> Option<u32> {
+        let key = canonical(attrs);
+        let id = *self.source_by_key.get(&key)?;
+        let s = self.sources[id as usize].as_ref()?;
+        if s.awaited {
+            return None;
+        }
+        s.last_seen.fetch_max(now, Ordering::Relaxed);
+        Some(id)
     }
 
     pub(crate) fn source_for(&mut self, attrs: &[Kv<'_>], now: u64) -> u32 {
         let key = canonical(attrs);
         if let Some(&id) = self.source_by_key.get(&key) {
             if let Some(s) = self.sources[id as usize].as_mut() {
-                s.last_seen = now;
+                s.last_seen.fetch_max(now, Ordering::Relaxed);
                 if s.awaited {
                     s.awaited = false;
                     self.awaiting = self.awaiting.saturating_sub(1);
@@ -327,7 +436,7 @@ impl Store {
             labels,
             target_info: target_info.into(),
             fleet_job,
-            last_seen: now,
+            last_seen: AtomicU64::new(now),
             series: 0,
             baseline_until: now.saturating_add(BASELINE_WINDOW),
             awaited: false,
@@ -348,25 +457,36 @@ impl Store {
         id
     }
 
+    /// The id of a metric already known (the read lock's part of
+    /// [`Store::metric_id`]): `None` when it is new.
+    pub(crate) fn find_metric(
+        &self,
+        m: &MetricRef<'_>,
+        kind: MetricKind,
+    ) -> Option<Result<u32, (RefusalReason, String)>> {
+        let &id = self.metric_by_name.get(m.name)?;
+        let metric = &self.metrics[id as usize];
+        if metric.kind != kind {
+            return Some(Err((
+                RefusalReason::TypeConflict,
+                format!(
+                    "metric `{}` is a {} here but was first received as a {}",
+                    m.name,
+                    kind.as_str(),
+                    metric.kind.as_str()
+                ),
+            )));
+        }
+        Some(Ok(id))
+    }
+
     pub(crate) fn metric_id(
         &mut self,
         m: &MetricRef<'_>,
         kind: MetricKind,
     ) -> Result<u32, (RefusalReason, String)> {
-        if let Some(&id) = self.metric_by_name.get(m.name) {
-            let metric = &self.metrics[id as usize];
-            if metric.kind != kind {
-                return Err((
-                    RefusalReason::TypeConflict,
-                    format!(
-                        "metric `{}` is a {} here but was first received as a {}",
-                        m.name,
-                        kind.as_str(),
-                        metric.kind.as_str()
-                    ),
-                ));
-            }
-            return Ok(id);
+        if let Some(found) = self.find_metric(m, kind) {
+            return found;
         }
         if m.name.is_empty() {
             return Err((
@@ -437,8 +557,19 @@ impl Store {
         Ok(id)
     }
 
+    /// The per-source series of `attrs` when it exists (the read lock's part of
+    /// [`Store::series_for`]).
+    pub(crate) fn find_series(&self, source: u32, metric: u32, attrs: &[Kv<'_>]) -> Option<u32> {
+        let hash = attrs_hash(source, metric, attrs);
+        self.series_index.get(&hash)?.iter().copied().find(|&id| {
+            self.series[id as usize].as_ref().is_some_and(|s| {
+                s.source == source && s.metric == metric && attrs_equal(&s.attrs, attrs)
+            })
+        })
+    }
+
     /// Finds or creates the per-source series of `attrs`; `bounds` for histograms.
-    fn series_for(
+    pub(crate) fn series_for(
         &mut self,
         source: u32,
         metric: u32,
@@ -446,18 +577,10 @@ impl Store {
         bounds: Option<&[f64]>,
         now: u64,
     ) -> Result<u32, (RefusalReason, String)> {
-        let hash = attrs_hash(source, metric, attrs);
-        if let Some(ids) = self.series_index.get(&hash) {
-            for &id in ids {
-                if let Some(s) = &self.series[id as usize]
-                    && s.source == source
-                    && s.metric == metric
-                    && attrs_equal(&s.attrs, attrs)
-                {
-                    return Ok(id);
-                }
-            }
+        if let Some(id) = self.find_series(source, metric, attrs) {
+            return Ok(id);
         }
+        let hash = attrs_hash(source, metric, attrs);
         self.check_limits(metric, now)?;
         let attrs_key = canonical(attrs);
         let Some(src) = self.sources[source as usize].as_ref() else {
@@ -480,9 +603,11 @@ impl Store {
         let kind = self.metrics[metric as usize].kind;
         let fleet = match self.fleet_index.get(&(metric, fleet_rendered.clone())) {
             Some(&f) => {
-                if let (Some(b), FleetValue::Histogram(h)) = (bounds, &self.fleet[f as usize].value)
-                    && *h.bounds != *b
-                {
+                let differs = match (bounds, self.fleet[f as usize].value()) {
+                    (Some(b), FleetRead::Histogram(h)) => *h.bounds != *b,
+                    _ => false,
+                };
+                if differs {
                     return Err(self.bounds_refusal(f, metric));
                 }
                 f
@@ -496,13 +621,12 @@ impl Store {
                     }
                 };
                 let f = self.fleet.len() as u32;
-                self.fleet.push(Fleet {
+                self.fleet.push(Fleet::new(
                     metric,
-                    label_pairs: fleet_pairs.into(),
-                    labels: fleet_rendered.as_str().into(),
+                    fleet_pairs.into(),
+                    fleet_rendered.as_str().into(),
                     value,
-                    warned_bounds: false,
-                });
+                ));
                 self.fleet_index.insert((metric, fleet_rendered), f);
                 f
             }
@@ -522,12 +646,14 @@ impl Store {
             hash,
             attrs: attrs_key.into(),
             labels,
-            last_seen: now,
-            start: 0,
-            time: 0,
-            fresh: true,
             counted: !src_forwarded,
-            value,
+            state: Mutex::new(SeriesState {
+                last_seen: now,
+                start: 0,
+                time: 0,
+                fresh: true,
+                value,
+            }),
         };
         let id = match self.free_series.pop() {
             Some(id) => {
@@ -549,11 +675,10 @@ impl Store {
         Ok(id)
     }
 
-    fn bounds_refusal(&mut self, fleet: u32, metric: u32) -> (RefusalReason, String) {
-        let f = &mut self.fleet[fleet as usize];
+    fn bounds_refusal(&self, fleet: u32, metric: u32) -> (RefusalReason, String) {
+        let f = &self.fleet[fleet as usize];
         let name = &self.metrics[metric as usize].otel_name;
-        if !f.warned_bounds {
-            f.warned_bounds = true;
+        if !f.warned_bounds.swap(true, Ordering::Relaxed) {
             tracing::warn!(metric = %name, series = %f.labels, "histogram points with bucket bounds that differ from the series' bounds are refused");
         }
         (
@@ -565,24 +690,22 @@ impl Store {
         )
     }
 
-    /// Whether a point for series `id` is new data, marking the series seen. A
-    /// cumulative point older than the series' last one (a retried or reordered export)
-    /// changes nothing, nor does a delta point repeating the last; a cumulative point
-    /// that started before the series' current start is refused as out of order.
-    /// `Some(first)` when admitted, `first` when it is the series' first point.
-    #[allow(clippy::too_many_arguments)]
+    /// Whether a point for a series (its state `s`, of `metric`) is new data, marking
+    /// the series seen. A cumulative point older than the series' last one (a retried
+    /// or reordered export) changes nothing, nor does a delta point repeating the last;
+    /// a cumulative point that started before the series' current start is refused as
+    /// out of order. `Some(first)` when admitted, `first` when it is the series' first
+    /// point.
     fn admit(
-        &mut self,
-        id: u32,
+        &self,
+        s: &mut SeriesState,
         metric: u32,
         delta: bool,
-        start: u64,
-        time: u64,
+        (start, time): (u64, u64),
         now: u64,
         out: &mut Outcome,
     ) -> Option<bool> {
-        let s = self.series[id as usize].as_mut()?;
-        s.last_seen = now;
+        s.last_seen = s.last_seen.max(now);
         let stale = if delta {
             time != 0 && time == s.time && start == s.start
         } else {
@@ -617,59 +740,62 @@ impl Store {
                 .is_some_and(|src| now <= src.baseline_until)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn number_point(
-        &mut self,
-        source: u32,
+    /// The value of a number point of `metric`, or why it is refused (`None`, counted
+    /// in `out`; also `None`, uncounted, for a point without a recorded value).
+    pub(crate) fn number_value(
+        &self,
         metric: u32,
         kind: MetricKind,
-        delta: bool,
         p: &NumberPoint<'_>,
+        out: &mut Outcome,
+    ) -> Option<f64> {
+        if p.flags & FLAG_NO_RECORDED_VALUE != 0 {
+            return None;
+        }
+        let name = || &self.metrics[metric as usize].otel_name;
+        let Some(v) = p.value else {
+            out.refuse(RefusalReason::Invalid, 1, || {
+                format!("metric `{}`: a data point has no value", name())
+            });
+            return None;
+        };
+        if !v.is_finite() {
+            out.refuse(RefusalReason::NonFinite, 1, || {
+                format!("metric `{}`: value {v} is not a finite number", name())
+            });
+            return None;
+        }
+        if kind == MetricKind::Counter && v < 0.0 {
+            out.refuse(RefusalReason::NegativeCounter, 1, || {
+                format!("metric `{}`: monotonic sum value {v} is negative", name())
+            });
+            return None;
+        }
+        Some(v)
+    }
+
+    /// Applies value `v` of a number point (its start and time) to series `id` of
+    /// `source` and to its fleet entry. Runs under the read lock.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn number_point(
+        &self,
+        source: u32,
+        id: u32,
+        delta: bool,
+        (start, time): (u64, u64),
+        v: f64,
         now: u64,
         out: &mut Outcome,
     ) {
-        if p.flags & FLAG_NO_RECORDED_VALUE != 0 {
+        let Some(series) = self.series[id as usize].as_ref() else {
             return;
-        }
-        let v = match p.value {
-            Some(v) => v,
-            None => {
-                let name = &self.metrics[metric as usize].otel_name;
-                out.refuse(RefusalReason::Invalid, 1, || {
-                    format!("metric `{name}`: a data point has no value")
-                });
-                return;
-            }
         };
-        if !v.is_finite() {
-            let name = &self.metrics[metric as usize].otel_name;
-            out.refuse(RefusalReason::NonFinite, 1, || {
-                format!("metric `{name}`: value {v} is not a finite number")
-            });
-            return;
-        }
-        if kind == MetricKind::Counter && v < 0.0 {
-            let name = &self.metrics[metric as usize].otel_name;
-            out.refuse(RefusalReason::NegativeCounter, 1, || {
-                format!("metric `{name}`: monotonic sum value {v} is negative")
-            });
-            return;
-        }
-        let id = match self.series_for(source, metric, &p.attrs, None, now) {
-            Ok(id) => id,
-            Err((reason, msg)) => {
-                out.refuse(reason, 1, || msg);
-                return;
-            }
-        };
-        let (start, time) = (p.start, p.time);
-        let Some(first) = self.admit(id, metric, delta, start, time, now, out) else {
+        let mut state = series.state();
+        let s = &mut *state;
+        let Some(first) = self.admit(s, series.metric, delta, (start, time), now, out) else {
             return;
         };
         let baseline = first && self.is_baseline(source, delta, start, now);
-        let Some(s) = self.series[id as usize].as_mut() else {
-            return;
-        };
         s.fresh = false;
         let increment = match &mut s.value {
             Value::Counter { value } => Some(accumulate::counter(
@@ -695,26 +821,24 @@ impl Store {
         };
         s.start = start;
         s.time = time;
-        let fleet = s.fleet as usize;
-        if !s.counted {
+        if !series.counted {
             return;
         }
-        if let (Some(inc), FleetValue::Counter(total)) = (increment, &mut self.fleet[fleet].value) {
-            *total += inc;
+        if let Some(inc) = increment {
+            self.fleet[series.fleet as usize].add(inc);
         }
     }
 
-    pub(crate) fn histogram_point(
-        &mut self,
-        source: u32,
+    /// Whether a histogram point of `metric` is well-formed (refusals counted in
+    /// `out`; a point without a recorded value is skipped, uncounted).
+    pub(crate) fn histogram_valid(
+        &self,
         metric: u32,
-        delta: bool,
         p: &HistPoint<'_>,
-        now: u64,
         out: &mut Outcome,
-    ) {
+    ) -> bool {
         if p.flags & FLAG_NO_RECORDED_VALUE != 0 {
-            return;
+            return false;
         }
         let name = &self.metrics[metric as usize].otel_name;
         let bounds = &p.bounds;
@@ -734,7 +858,7 @@ impl Store {
                     bounds.len()
                 )
             });
-            return;
+            return false;
         }
         if !p.counts.is_empty()
             && p.counts.iter().fold(0u64, |a, b| a.saturating_add(*b)) != p.count
@@ -745,60 +869,71 @@ impl Store {
                     p.count
                 )
             });
-            return;
+            return false;
         }
         let sum = p.sum.unwrap_or(0.0);
         if !sum.is_finite() {
             out.refuse(RefusalReason::NonFinite, 1, || {
                 format!("histogram `{name}`: sum {sum} is not a finite number")
             });
-            return;
+            return false;
         }
+        true
+    }
+
+    /// Applies a histogram point, checked by [`Store::histogram_valid`], to series `id`
+    /// of `source` and to its fleet entry. Runs under the read lock.
+    pub(crate) fn histogram_point(
+        &self,
+        source: u32,
+        id: u32,
+        delta: bool,
+        p: &HistPoint<'_>,
+        now: u64,
+        out: &mut Outcome,
+    ) {
+        let Some(series) = self.series[id as usize].as_ref() else {
+            return;
+        };
         let single = [p.count];
         let counts: &[u64] = if p.counts.is_empty() {
             &single
         } else {
             &p.counts
         };
-        let id = match self.series_for(source, metric, &p.attrs, Some(bounds), now) {
-            Ok(id) => id,
-            Err((reason, msg)) => {
-                out.refuse(reason, 1, || msg);
-                return;
-            }
+        let sum = p.sum.unwrap_or(0.0);
+        // The series' state, then its fleet entry's: the one lock order.
+        let mut state = series.state();
+        let FleetRead::Histogram(mut fleet_value) = self.fleet[series.fleet as usize].value()
+        else {
+            return;
         };
-        let fleet_bounds_ok = self.series[id as usize].as_ref().is_some_and(|s| {
-            match (&s.value, &self.fleet[s.fleet as usize].value) {
-                (Value::Histogram(h), FleetValue::Histogram(f)) => {
-                    *h.bounds == **bounds && *f.bounds == **bounds
-                }
-                _ => false,
-            }
-        });
-        if !fleet_bounds_ok {
-            let fleet = self.series[id as usize].as_ref().map_or(0, |s| s.fleet);
-            let (reason, msg) = self.bounds_refusal(fleet, metric);
+        let s = &mut *state;
+        let bounds = &*p.bounds;
+        let same_bounds = matches!(
+            &s.value,
+            Value::Histogram(h) if *h.bounds == *bounds && *fleet_value.bounds == *bounds
+        );
+        if !same_bounds {
+            drop(fleet_value);
+            drop(state);
+            let (reason, msg) = self.bounds_refusal(series.fleet, series.metric);
             out.refuse(reason, 1, || msg);
             return;
         }
         let (start, time) = (p.start, p.time);
-        let Some(first) = self.admit(id, metric, delta, start, time, now, out) else {
+        let Some(first) = self.admit(s, series.metric, delta, (start, time), now, out) else {
             return;
         };
         let baseline = first && self.is_baseline(source, delta, start, now);
-        let Some(s) = self.series[id as usize].as_mut() else {
-            return;
-        };
         s.fresh = false;
         let Value::Histogram(h) = &mut s.value else {
             return;
         };
-        let FleetValue::Histogram(fleet) = &mut self.fleet[s.fleet as usize].value else {
-            return;
-        };
+        let fleet = &mut *fleet_value;
         // A forwarded source's series accumulate as ever; the fleet's entry does not.
         let mut uncounted;
-        let f = if s.counted {
+        let f = if series.counted {
             fleet
         } else {
             uncounted = fleet.clone();
@@ -829,8 +964,8 @@ impl Store {
         self.fleet
             .iter()
             .filter(|f| self.metrics[f.metric as usize].otel_name == name)
-            .map(|f| match f.value {
-                FleetValue::Counter(v) => v,
+            .map(|f| match f.value() {
+                FleetRead::Counter(v) => v,
                 _ => 0.0,
             })
             .sum()
@@ -838,6 +973,9 @@ impl Store {
 
     /// Forgets the render order kept between reads (tests).
     pub(crate) fn reset_render_cache(&self) {
-        *self.render_cache.borrow_mut() = RenderCache::default();
+        *self
+            .render_cache
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = RenderCache::default();
     }
 }

@@ -15,13 +15,15 @@
 //! with other `sum_over` or `static_labels` starts new fleet series beside the
 //! restored ones instead of mixing them.
 
+use std::sync::PoisonError;
+
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use prost::Message as _;
 
 use super::super::MetricKind;
 use super::super::naming::render_labels;
 use super::super::wire::{self, DataKind, Kv, MetricRef, Val};
-use super::{Fleet, FleetValue, Hist, Store, Value};
+use super::{Fleet, FleetRead, FleetValue, Hist, Store, Value};
 
 /// The file's first bytes.
 const MAGIC: &[u8; 8] = b"HGMSTATE";
@@ -351,7 +353,7 @@ impl Store {
                 source_index[id] = sources.len() as u32;
                 sources.push(SourceState {
                     resource: src.resource.clone(),
-                    age: now.saturating_sub(src.last_seen),
+                    age: now.saturating_sub(src.last_seen()),
                 });
             }
         }
@@ -378,12 +380,12 @@ impl Store {
         let mut fleet_index = vec![u32::MAX; self.fleet.len()];
         let mut fleet = Vec::with_capacity(self.fleet.len());
         for (id, f) in self.fleet.iter().enumerate() {
-            let (counter, hist) = match &f.value {
-                FleetValue::Counter(v) => (*v, None),
-                FleetValue::Histogram(h) => {
-                    (0.0, Some((h.bounds.clone(), copy_hist(h, &mut counts))))
+            let (counter, hist) = match f.value() {
+                FleetRead::Counter(v) => (v, None),
+                FleetRead::Histogram(h) => {
+                    (0.0, Some((h.bounds.clone(), copy_hist(&h, &mut counts))))
                 }
-                FleetValue::Gauge => continue,
+                FleetRead::Gauge => continue,
             };
             fleet_index[id] = fleet.len() as u32;
             fleet.push(FleetCopy {
@@ -393,8 +395,9 @@ impl Store {
                 hist,
             });
         }
-        let mut series = Vec::with_capacity(self.series_held);
-        for s in self.series.iter().flatten() {
+        let mut copies = Vec::with_capacity(self.series_held);
+        for series in self.series.iter().flatten() {
+            let s = series.state();
             if s.fresh {
                 continue;
             }
@@ -403,11 +406,11 @@ impl Store {
                 Value::Gauge { value, updated } => (*value, None, now.saturating_sub(*updated)),
                 Value::Histogram(h) => (0.0, Some(copy_hist(h, &mut counts)), 0),
             };
-            series.push(SeriesCopy {
-                source: source_index[s.source as usize],
-                metric: s.metric,
-                fleet: fleet_index[s.fleet as usize],
-                attrs: s.attrs.clone(),
+            copies.push(SeriesCopy {
+                source: source_index[series.source as usize],
+                metric: series.metric,
+                fleet: fleet_index[series.fleet as usize],
+                attrs: series.attrs.clone(),
                 start: s.start,
                 time: s.time,
                 age: now.saturating_sub(s.last_seen),
@@ -420,7 +423,7 @@ impl Store {
             metrics,
             sources,
             fleet,
-            series,
+            series: copies,
             counts,
         }
     }
@@ -488,13 +491,12 @@ impl Store {
                 ));
             }
             let id = self.fleet.len() as u32;
-            self.fleet.push(Fleet {
+            self.fleet.push(Fleet::new(
                 metric,
                 label_pairs,
-                labels: labels.as_str().into(),
+                labels.as_str().into(),
                 value,
-                warned_bounds: false,
-            });
+            ));
             self.fleet_index.insert((metric, labels), id);
             self.layout = self.layout.wrapping_add(1);
         }
@@ -511,7 +513,7 @@ impl Store {
             let id = self.source_for(&kvs, now);
             let live = self.is_live(at(s.age), now);
             if let Some(src) = self.sources[id as usize].as_mut() {
-                src.last_seen = at(s.age);
+                *src.last_seen.get_mut() = at(s.age);
                 src.baseline_until = 0;
                 if live && !src.awaited {
                     src.awaited = true;
@@ -574,6 +576,10 @@ impl Store {
                 continue;
             };
             if let Some(series) = self.series[id as usize].as_mut() {
+                let series = series
+                    .state
+                    .get_mut()
+                    .unwrap_or_else(PoisonError::into_inner);
                 if !series.fresh {
                     return Err(CheckpointError::Decode("a series appears twice".into()));
                 }

@@ -67,7 +67,7 @@ impl Store {
         let mut forgotten = 0;
         for id in 0..self.series.len() {
             let forget = match &self.series[id] {
-                Some(s) => now.saturating_sub(s.last_seen) > horizon,
+                Some(s) => now.saturating_sub(s.last_seen()) > horizon,
                 None => false,
             };
             if !forget {
@@ -92,7 +92,7 @@ impl Store {
         }
         for id in 0..self.sources.len() {
             let forget = match &self.sources[id] {
-                Some(s) => s.series == 0 && now.saturating_sub(s.last_seen) > self.forget_after,
+                Some(s) => s.series == 0 && now.saturating_sub(s.last_seen()) > self.forget_after,
                 None => false,
             };
             if forget && let Some(s) = self.sources[id].take() {

@@ -17,8 +17,8 @@ use super::super::cluster::{ClusterReading, SourceReading, rank_order};
 use super::super::config::GaugeAggregation;
 use super::super::naming::render_labels;
 use super::super::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row, RowValue, Rows};
-use super::super::{RefusalReason, View};
-use super::{FleetValue, Store, TARGET_INFO, Value, value_string};
+use super::super::{MetricKind, RefusalReason, View};
+use super::{FleetRead, Store, TARGET_INFO, Value, value_string};
 use crate::self_metrics::{
     ExporterKind, Listener, RequestRefusal, SelfMetrics, SpanOutcome, Transport,
 };
@@ -100,8 +100,9 @@ impl Order {
 
 /// The rows of `view` at `now` (run under the aggregator's lock).
 pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> Rows {
+    // Another view being read keeps the cache: this one sorts for itself.
     let mut spare = RenderCache::default();
-    let mut cached = store.render_cache.try_borrow_mut();
+    let mut cached = store.render_cache.try_lock();
     let cache = match cached.as_deref_mut() {
         Ok(cache) => cache,
         Err(_) => &mut spare,
@@ -123,10 +124,11 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
                 let Some(s) = store.series.get(i as usize).and_then(Option::as_ref) else {
                     continue;
                 };
-                if !store.is_live(s.last_seen, now) {
+                let state = s.state();
+                if !store.is_live(state.last_seen, now) {
                     continue;
                 }
-                let value = match (&s.value, view) {
+                let value = match (&state.value, view) {
                     (Value::Gauge { value, .. }, View::Fleet) => RowValue::Number(*value),
                     (_, View::Fleet) => continue,
                     (Value::Counter { value } | Value::Gauge { value, .. }, View::Sources) => {
@@ -140,10 +142,10 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
                 let Some(f) = store.fleet.get(i as usize) else {
                     continue;
                 };
-                let value = match &f.value {
-                    FleetValue::Counter(v) => RowValue::Number(*v),
-                    FleetValue::Histogram(h) => out.hist(h),
-                    FleetValue::Gauge => match gauges.get(i as usize).copied().flatten() {
+                let value = match f.value() {
+                    FleetRead::Counter(v) => RowValue::Number(v),
+                    FleetRead::Histogram(h) => out.hist(&h),
+                    FleetRead::Gauge => match gauges.get(i as usize).copied().flatten() {
                         Some((v, _)) => RowValue::Number(v),
                         None => continue,
                     },
@@ -177,16 +179,20 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
 pub(crate) fn fleet_gauges(store: &Store, now: u64) -> Vec<Option<(f64, u64)>> {
     let mut acc: Vec<Option<(f64, u64)>> = vec![None; store.fleet.len()];
     for s in store.series.iter().flatten() {
-        if !store.is_live(s.last_seen, now) || !s.counted {
+        let metric = &store.metrics[s.metric as usize];
+        if metric.kind != MetricKind::Gauge
+            || metric.gauge_agg == GaugeAggregation::PerSource
+            || !s.counted
+        {
             continue;
         }
-        let metric = &store.metrics[s.metric as usize];
-        let Value::Gauge { value, updated } = s.value else {
+        let state = s.state();
+        if !store.is_live(state.last_seen, now) {
+            continue;
+        }
+        let Value::Gauge { value, updated } = state.value else {
             continue;
         };
-        if metric.gauge_agg == GaugeAggregation::PerSource {
-            continue;
-        }
         let a = &mut acc[s.fleet as usize];
         *a = Some(metric.gauge_agg.fold(*a, value, updated));
     }
@@ -213,10 +219,14 @@ fn sources_in_state(store: &Store, now: u64, out: &mut Rows) {
     };
     let mut counts = [0u64; 7];
     for s in store.series.iter().flatten() {
-        if s.metric as usize != metric || !store.is_live(s.last_seen, now) || !s.counted {
+        if s.metric as usize != metric || !s.counted {
             continue;
         }
-        if let Value::Gauge { value, .. } = s.value
+        let state = s.state();
+        if !store.is_live(state.last_seen, now) {
+            continue;
+        }
+        if let Value::Gauge { value, .. } = state.value
             && (0.0..7.0).contains(&value)
         {
             counts[value as usize] += 1;
@@ -352,7 +362,7 @@ fn target_info(store: &Store, now: u64, out: &mut Rows) {
         .sources
         .iter()
         .flatten()
-        .filter(|s| store.is_live(s.last_seen, now))
+        .filter(|s| store.is_live(s.last_seen(), now))
         .map(|s| &s.target_info)
         .collect();
     if live.is_empty() {
@@ -386,13 +396,18 @@ pub(crate) fn otlp_rows(store: &Store, now: u64, include_sources: bool) -> OtlpR
         .collect();
     let mut fleet = Vec::new();
     for s in store.series.iter().flatten() {
-        if !store.is_live(s.last_seen, now) || !s.counted {
+        let metric = &store.metrics[s.metric as usize];
+        if metric.kind != MetricKind::Gauge || !s.counted {
             continue;
         }
-        let Value::Gauge { value, .. } = s.value else {
+        let state = s.state();
+        if !store.is_live(state.last_seen, now) {
+            continue;
+        }
+        let Value::Gauge { value, .. } = state.value else {
             continue;
         };
-        if store.metrics[s.metric as usize].gauge_agg == GaugeAggregation::PerSource {
+        if metric.gauge_agg == GaugeAggregation::PerSource {
             let source = store.sources[s.source as usize]
                 .as_ref()
                 .map(|src| src.labels.clone())
@@ -409,10 +424,10 @@ pub(crate) fn otlp_rows(store: &Store, now: u64, include_sources: bool) -> OtlpR
     }
     let gauges = fleet_gauges(store, now);
     for (i, f) in store.fleet.iter().enumerate() {
-        let value = match &f.value {
-            FleetValue::Counter(v) => RowValue::Number(*v),
-            FleetValue::Histogram(h) => counts.hist(h),
-            FleetValue::Gauge => match gauges[i] {
+        let value = match f.value() {
+            FleetRead::Counter(v) => RowValue::Number(v),
+            FleetRead::Histogram(h) => counts.hist(&h),
+            FleetRead::Gauge => match gauges[i] {
                 Some((v, _)) => RowValue::Number(v),
                 None => continue,
             },
@@ -427,10 +442,11 @@ pub(crate) fn otlp_rows(store: &Store, now: u64, include_sources: bool) -> OtlpR
     if include_sources {
         let mut per_source: std::collections::BTreeMap<u32, Vec<OtlpPoint>> = Default::default();
         for s in store.series.iter().flatten() {
-            if !store.is_live(s.last_seen, now) {
+            let state = s.state();
+            if !store.is_live(state.last_seen, now) {
                 continue;
             }
-            let value = match &s.value {
+            let value = match &state.value {
                 Value::Counter { value } | Value::Gauge { value, .. } => RowValue::Number(*value),
                 Value::Histogram(h) => counts.hist(h),
             };
@@ -501,8 +517,8 @@ pub(crate) fn cluster_read(store: &Store, now: u64) -> ClusterReading {
             seconds_by_state: Vec::new(),
             gpu_utilization: None,
             gpu_devices: 0,
-            since_seen: now.saturating_sub(src.last_seen),
-            live: store.is_live(src.last_seen, now),
+            since_seen: now.saturating_sub(src.last_seen()),
+            live: store.is_live(src.last_seen(), now),
         };
         by_id.insert(id, (reading, 0.0));
     }
@@ -513,7 +529,7 @@ pub(crate) fn cluster_read(store: &Store, now: u64) -> ClusterReading {
         let Some((entry, gpu_sum)) = by_id.get_mut(&s.source) else {
             continue;
         };
-        match (role, &s.value) {
+        match (role, &s.state().value) {
             (0, Value::Counter { value }) => {
                 let state = s.attr("state").unwrap_or("");
                 match entry.seconds_by_state.iter_mut().find(|(k, _)| k == state) {

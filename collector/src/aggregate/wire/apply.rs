@@ -1,5 +1,12 @@
 //! The second pass of a request: the visitor that applies a request already validated
 //! by [`walk`](super::walk) with [`Count`](super::Count) to the store.
+//!
+//! It holds the store's read lock while every source, metric and series it meets is
+//! known (the steady state: each export repeats the last one's series), so requests
+//! apply in parallel; the first time it must create one it trades the read lock for
+//! the write lock and keeps that to the request's end.
+
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::super::store::{Outcome, Store};
 use super::super::{MetricKind, RefusalReason};
@@ -8,13 +15,14 @@ use super::{DataKind, DecodeError, HistPoint, Kv, MetricRef, NumberPoint, Visito
 /// Applies a request already validated by [`walk`](super::walk) with
 /// [`Count`](super::Count).
 pub(crate) fn apply(
-    store: &mut Store,
+    lock: &RwLock<Store>,
     req: &[u8],
     now: u64,
     out: &mut Outcome,
 ) -> Result<(), DecodeError> {
     let mut v = Apply {
-        store,
+        lock,
+        store: Guard::Read(lock.read().unwrap_or_else(PoisonError::into_inner)),
         now,
         out,
         resource: Vec::new(),
@@ -24,15 +32,77 @@ pub(crate) fn apply(
     super::walk(req, &mut v)
 }
 
+/// The store's lock as the visitor holds it.
+enum Guard<'s> {
+    Read(RwLockReadGuard<'s, Store>),
+    Write(RwLockWriteGuard<'s, Store>),
+    /// Between the two (never seen outside [`Apply::store_mut`]).
+    Released,
+}
+
 /// The second pass: applies a validated request to the store.
 struct Apply<'s, 'a> {
-    store: &'s mut Store,
+    lock: &'s RwLock<Store>,
+    store: Guard<'s>,
     now: u64,
     out: &'s mut Outcome,
     resource: Vec<Kv<'a>>,
     source: Option<u32>,
     /// The current metric: its id, kind and temporality, or `None` when refused.
     current: Option<(u32, MetricKind, bool)>,
+}
+
+impl Apply<'_, '_> {
+    fn store(&self) -> &Store {
+        match &self.store {
+            Guard::Read(g) => g,
+            Guard::Write(g) => g,
+            Guard::Released => unreachable!("a lock is held outside `store_mut`"),
+        }
+    }
+
+    /// The store and the outcome, borrowed together.
+    fn parts(&mut self) -> (&Store, &mut Outcome) {
+        let store = match &self.store {
+            Guard::Read(g) => &**g,
+            Guard::Write(g) => &**g,
+            Guard::Released => unreachable!("a lock is held outside `store_mut`"),
+        };
+        (store, &mut *self.out)
+    }
+
+    /// The store, for creating what this request is the first to send: the read lock
+    /// is traded for the write lock (which whatever was found under the read lock
+    /// survives: nothing is forgotten while a request marks it seen).
+    fn store_mut(&mut self) -> &mut Store {
+        if !matches!(self.store, Guard::Write(_)) {
+            // The read lock is released before the write lock is asked for: a thread
+            // holding both would wait for itself.
+            self.store = Guard::Released;
+            self.store = Guard::Write(self.lock.write().unwrap_or_else(PoisonError::into_inner));
+        }
+        match &mut self.store {
+            Guard::Write(g) => g,
+            Guard::Read(_) | Guard::Released => unreachable!("the write lock was just taken"),
+        }
+    }
+
+    fn source(&mut self) -> u32 {
+        if let Some(id) = self.source {
+            return id;
+        }
+        let id = match self.store().find_source(&self.resource, self.now) {
+            Some(id) => id,
+            None => {
+                let (resource, now) = (std::mem::take(&mut self.resource), self.now);
+                let id = self.store_mut().source_for(&resource, now);
+                self.resource = resource;
+                id
+            }
+        };
+        self.source = Some(id);
+        id
+    }
 }
 
 impl<'a> Visitor<'a> for Apply<'_, 'a> {
@@ -77,11 +147,13 @@ impl<'a> Visitor<'a> for Apply<'_, 'a> {
                 return;
             }
         };
-        match self.store.metric_id(m, kind) {
+        let found = match self.store().find_metric(m, kind) {
+            Some(found) => found,
+            None => self.store_mut().metric_id(m, kind),
+        };
+        match found {
             Ok(id) => {
-                if self.source.is_none() {
-                    self.source = Some(self.store.source_for(&self.resource, self.now));
-                }
+                self.source();
                 self.current = Some((id, kind, delta));
             }
             Err((reason, msg)) => self.out.refuse(reason, n, || msg),
@@ -89,16 +161,50 @@ impl<'a> Visitor<'a> for Apply<'_, 'a> {
     }
 
     fn number(&mut self, p: &NumberPoint<'a>) {
-        if let (Some((metric, kind, delta)), Some(source)) = (self.current, self.source) {
-            self.store
-                .number_point(source, metric, kind, delta, p, self.now, self.out);
-        }
+        let (Some((metric, kind, delta)), Some(source)) = (self.current, self.source) else {
+            return;
+        };
+        let (store, out) = self.parts();
+        let Some(v) = store.number_value(metric, kind, p, out) else {
+            return;
+        };
+        let now = self.now;
+        let id = match self.store().find_series(source, metric, &p.attrs) {
+            Some(id) => id,
+            None => match self
+                .store_mut()
+                .series_for(source, metric, &p.attrs, None, now)
+            {
+                Ok(id) => id,
+                Err((reason, msg)) => return self.out.refuse(reason, 1, || msg),
+            },
+        };
+        let (store, out) = self.parts();
+        store.number_point(source, id, delta, (p.start, p.time), v, now, out);
     }
 
     fn histogram(&mut self, p: &HistPoint<'a>) {
-        if let (Some((metric, _, delta)), Some(source)) = (self.current, self.source) {
-            self.store
-                .histogram_point(source, metric, delta, p, self.now, self.out);
+        let (Some((metric, _, delta)), Some(source)) = (self.current, self.source) else {
+            return;
+        };
+        let (store, out) = self.parts();
+        if !store.histogram_valid(metric, p, out) {
+            return;
         }
+        let now = self.now;
+        let id = match self.store().find_series(source, metric, &p.attrs) {
+            Some(id) => id,
+            None => {
+                match self
+                    .store_mut()
+                    .series_for(source, metric, &p.attrs, Some(&p.bounds), now)
+                {
+                    Ok(id) => id,
+                    Err((reason, msg)) => return self.out.refuse(reason, 1, || msg),
+                }
+            }
+        };
+        let (store, out) = self.parts();
+        store.histogram_point(source, id, delta, p, now, out);
     }
 }
