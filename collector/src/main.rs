@@ -90,6 +90,12 @@ async fn shutdown_signal() {
     }
 }
 
+/// mimalloc: ingest allocates and frees request buffers on every runtime worker, often
+/// a buffer on another worker than the one that allocated it; glibc's arenas made that
+/// a lock (BENCHMARKS.md, *Collector: parallel ingest*).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
