@@ -292,7 +292,7 @@ pub(crate) struct Store {
     /// render order (by name, then labels) depends on.
     layout: u64,
     /// The render order of each view and the last output sizes, kept between scrapes.
-    render_cache: Mutex<RenderCache>,
+    render_cache: RenderCache,
     /// Unix ns: a new source's cumulative series that started before this are a
     /// baseline (their value so far was counted by no fleet here); 0: never.
     baseline_before: u64,
@@ -348,7 +348,7 @@ impl Store {
             sum_over,
             last_eviction: 0,
             layout: 0,
-            render_cache: Mutex::default(),
+            render_cache: RenderCache::default(),
             baseline_before: 0,
             awaiting: 0,
             hold_until: 0,
@@ -692,9 +692,6 @@ impl Store {
 
     /// Forgets the render order kept between reads (tests).
     pub(crate) fn reset_render_cache(&self) {
-        *self
-            .render_cache
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = RenderCache::default();
+        self.render_cache.reset();
     }
 }

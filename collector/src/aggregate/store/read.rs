@@ -3,7 +3,7 @@
 //! copied out for the encoders (`exporters/`) to format after the lock is released.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use higgsmeter_catalog::{
     COLLECTOR_CHECKPOINTS, COLLECTOR_CONNECTIONS_REFUSED, COLLECTOR_EXPORT_DROPPED,
@@ -41,11 +41,24 @@ struct Order {
 }
 
 /// What reading keeps between scrapes (in the [`Store`]): sorting 100k label strings
-/// on every GET cost more than formatting them.
+/// on every GET cost more than formatting them. One lock per view: views are read under
+/// the store's read lock, so the two can be read at once.
 #[derive(Default)]
 pub(crate) struct RenderCache {
-    fleet: Order,
-    sources: Order,
+    fleet: Mutex<Order>,
+    sources: Mutex<Order>,
+}
+
+#[cfg(test)]
+impl RenderCache {
+    /// Forgets both orders.
+    pub(crate) fn reset(&self) {
+        for order in [&self.fleet, &self.sources] {
+            *order
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Order::default();
+        }
+    }
 }
 
 impl Order {
@@ -100,16 +113,16 @@ impl Order {
 
 /// The rows of `view` at `now` (run under the aggregator's lock).
 pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> Rows {
-    // Another view being read keeps the cache: this one sorts for itself.
-    let mut spare = RenderCache::default();
-    let mut cached = store.render_cache.try_lock();
-    let cache = match cached.as_deref_mut() {
-        Ok(cache) => cache,
-        Err(_) => &mut spare,
+    // The same view being read at once by another reader keeps the cache: this one
+    // sorts for itself.
+    let mut spare = Order::default();
+    let mut cached = match view {
+        View::Fleet => store.render_cache.fleet.try_lock(),
+        View::Sources => store.render_cache.sources.try_lock(),
     };
-    let order = match view {
-        View::Fleet => &mut cache.fleet,
-        View::Sources => &mut cache.sources,
+    let order = match cached.as_deref_mut() {
+        Ok(order) => order,
+        Err(_) => &mut spare,
     };
     order.refresh(store, view);
     let gauges = match view {
