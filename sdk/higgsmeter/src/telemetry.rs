@@ -52,6 +52,23 @@ impl Protocol {
             }),
         }
     }
+
+    /// The protocol of one signal's exporter: the builder's `chosen`, else the signal's
+    /// variable (`OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`, `…_TRACES_PROTOCOL`), else
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL`, else `http/protobuf`.
+    pub(crate) fn resolve(
+        chosen: Option<Protocol>,
+        read: bool,
+        signal_var: &str,
+    ) -> Result<Protocol, Error> {
+        if let Some(p) = chosen {
+            return Ok(p);
+        }
+        match env(read, signal_var).or_else(|| env(read, "OTEL_EXPORTER_OTLP_PROTOCOL")) {
+            Some(v) => Protocol::parse(&v),
+            None => Ok(Protocol::HttpProtobuf),
+        }
+    }
 }
 
 type AddReader = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;

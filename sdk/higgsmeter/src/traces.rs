@@ -249,15 +249,8 @@ mod imp {
         if !enabled {
             return Ok(None);
         }
-        let protocol = match (
-            b.otlp_protocol,
-            env(read, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                .or_else(|| env(read, "OTEL_EXPORTER_OTLP_PROTOCOL")),
-        ) {
-            (Some(p), _) => p,
-            (None, Some(v)) => Protocol::parse(&v)?,
-            (None, None) => Protocol::HttpProtobuf,
-        };
+        let protocol =
+            Protocol::resolve(b.otlp_protocol, read, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")?;
         let endpoint = t
             .endpoint
             .clone()

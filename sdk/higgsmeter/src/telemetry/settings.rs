@@ -66,15 +66,8 @@ impl Settings {
             || env(read, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT").is_some()
             || env(read, "OTEL_EXPORTER_OTLP_ENDPOINT").is_some();
         let otlp = if endpoint_set {
-            let protocol = match (
-                b.otlp_protocol,
-                env(read, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
-                    .or_else(|| env(read, "OTEL_EXPORTER_OTLP_PROTOCOL")),
-            ) {
-                (Some(p), _) => p,
-                (None, Some(v)) => Protocol::parse(&v)?,
-                (None, None) => Protocol::HttpProtobuf,
-            };
+            let protocol =
+                Protocol::resolve(b.otlp_protocol, read, "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")?;
             let interval = match (b.export_interval, env(read, "OTEL_METRIC_EXPORT_INTERVAL")) {
                 (Some(i), _) => i,
                 (None, Some(v)) => match v.trim().parse::<u64>() {
