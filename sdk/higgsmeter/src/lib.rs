@@ -158,7 +158,9 @@ pub use state::AppState;
 pub use telemetry::{Protocol, Telemetry, TelemetryBuilder, init};
 #[cfg(feature = "traces")]
 pub use traces::{TraceCounts, TraceLayer};
-pub use tracker::{Snapshot, SnapshotEntry, StateScope, Tracker, enable_tracker, state_tracker};
+pub use tracker::{
+    ScopeId, Snapshot, SnapshotEntry, StateScope, Tracker, enable_tracker, state_tracker,
+};
 
 /// The metric catalog (re-exported `higgsmeter-catalog`).
 pub use higgsmeter_catalog as catalog;

@@ -239,6 +239,36 @@ impl Tracker {
         span::state_span(self.id(), state, operation)
     }
 
+    /// Opens a state scope by hand, for bindings whose scopes are two calls rather than
+    /// a guard's life (the Python package's `with state_tracker.scope(...)`): the
+    /// tracker is in `state` until [`close_scope`](Tracker::close_scope) with the
+    /// returned id, and the scope follows the same rules as a span's (the most recently
+    /// opened scope still open is current; closing one out of order only forgets it).
+    /// No `tracing` span is made, so no subscriber is needed. A disabled tracker returns
+    /// an id that closes nothing.
+    pub fn open_scope(&self, state: AppState, operation: &str) -> ScopeId {
+        if !self.is_enabled() {
+            return ScopeId(0);
+        }
+        self.emit_warnings();
+        // Ids of their own, far above any span id a `tracing` registry hands out (slab
+        // indices), so a hand-opened scope never closes a span's frame or the reverse.
+        static NEXT_SCOPE: AtomicU64 = AtomicU64::new(1 << 63);
+        let id = NEXT_SCOPE.fetch_add(1, Ordering::Relaxed);
+        let key = Key {
+            state,
+            op: intern::intern(operation),
+        };
+        self.open(id, key);
+        ScopeId(id)
+    }
+
+    /// Closes a scope [`open_scope`](Tracker::open_scope) returned; returns whether it
+    /// was open (closing twice, or an id of a disabled tracker, does nothing).
+    pub fn close_scope(&self, scope: ScopeId) -> bool {
+        scope.0 != 0 && self.close(scope.0)
+    }
+
     /// The current state (lock-free).
     #[inline]
     pub fn current_state(&self) -> AppState {
@@ -465,6 +495,11 @@ impl StateScope {
         }
     }
 }
+
+/// A scope opened with [`Tracker::open_scope`], to hand back to
+/// [`Tracker::close_scope`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ScopeId(u64);
 
 /// One (state, operation) of a [`Snapshot`].
 #[derive(Debug, Clone, PartialEq, Eq)]
