@@ -20,8 +20,11 @@ use support::{
 
 fn python_exposition() -> String {
     let script = repo_root().join("sdk/higgsmeter/tests/python/seed_quickstart.py");
+    // The seed itself, from `.venv/seed` (`.ci/setup` installs it there): the venv's
+    // own `higgsmeter` is this repository's Python package.
     let out = std::process::Command::new(python())
         .arg(script)
+        .env("PYTHONPATH", repo_root().join(".venv/seed"))
         .output()
         .expect("run python");
     assert!(

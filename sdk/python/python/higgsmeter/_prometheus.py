@@ -1,0 +1,61 @@
+"""The activity families in ``prometheus_client``'s default registry, read live.
+
+On a tracking rank, ``enable_tracker`` registers a collector in ``REGISTRY`` (when
+``prometheus_client`` is installed), so an existing ``start_http_server`` or
+``generate_latest`` shows ``worker_activity_time_seconds_total{state,operation}`` and
+``worker_current_state`` as the seed's did, with the current state's time so far
+included at every scrape. A tracker that is off (a rank that does not track) shows
+neither.
+"""
+
+from __future__ import annotations
+
+# The catalog's names, labels and help texts (higgsmeter-catalog: the seed's, exactly).
+from higgsmeter._core import ACTIVITY_HELP
+from higgsmeter._core import ACTIVITY_LABELS
+from higgsmeter._core import ACTIVITY_NAME
+from higgsmeter._core import CURRENT_STATE_HELP as CURRENT_HELP
+from higgsmeter._core import CURRENT_STATE_NAME as CURRENT_NAME
+
+
+class ActivityCollector:
+    """A ``prometheus_client`` collector over a tracker's live snapshot."""
+
+    def __init__(self, tracker):
+        self._tracker = tracker
+
+    def describe(self):
+        from prometheus_client.core import CounterMetricFamily
+        from prometheus_client.core import GaugeMetricFamily
+
+        return [
+            CounterMetricFamily(ACTIVITY_NAME, ACTIVITY_HELP, labels=list(ACTIVITY_LABELS)),
+            GaugeMetricFamily(CURRENT_NAME, CURRENT_HELP),
+        ]
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+        from prometheus_client.core import GaugeMetricFamily
+
+        if not self._tracker.enabled:
+            return
+        entries, current, _elapsed = self._tracker.snapshot()
+        activity = CounterMetricFamily(
+            ACTIVITY_NAME, ACTIVITY_HELP, labels=list(ACTIVITY_LABELS)
+        )
+        for state, operation, seconds in entries:
+            activity.add_metric([state, operation], seconds)
+        yield activity
+        yield GaugeMetricFamily(CURRENT_NAME, CURRENT_HELP, value=current)
+
+
+def register(tracker):
+    """Registers the collector in ``prometheus_client.REGISTRY``; returns it, or None
+    when ``prometheus_client`` is not installed."""
+    try:
+        from prometheus_client import REGISTRY
+    except ImportError:
+        return None
+    collector = ActivityCollector(tracker)
+    REGISTRY.register(collector)
+    return collector

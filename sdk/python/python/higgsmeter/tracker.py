@@ -1,0 +1,284 @@
+"""The seed's API over the Rust tracker: ``AppState``, ``StateTracker``,
+``state_tracker``, ``enable_tracker`` and ``track_state``.
+
+What changed against higgsmeter 0.1.1 (the state contract of the Rust SDK):
+
+- one timeline per process, shared by every thread and asyncio task: the current
+  (state, operation) is the most recently opened scope still open; a scope that closes
+  out of order (another thread's, another task's) only leaves, it never restores a
+  stale state, and no time is counted twice;
+- a scope opens at ``__enter__`` (the seed captured the state to restore when
+  ``scope()`` was called);
+- time is read live: a scrape or export includes the time so far in the current state,
+  and the activity seconds always sum to the wall time since the tracker started;
+- ``finalize()`` twice counts nothing twice; ``enable_tracker`` again keeps the open
+  interval (the seed replaced the tracker and dropped it);
+- nothing is claimed before ``enable_tracker`` or on a rank that does not track (the
+  seed's ``worker_current_state`` said 0, "idle");
+- with an OTLP endpoint configured (``OTEL_EXPORTER_OTLP_ENDPOINT``), every rank tracks
+  and exports, with its rank as a resource attribute, for the collector to sum.
+"""
+
+from __future__ import annotations
+
+import atexit
+import enum
+import functools
+import inspect
+import os
+import sys
+import threading
+
+from higgsmeter import _core
+
+
+class AppState(enum.Enum):
+    """What a worker is doing; at every instant it is in exactly one."""
+
+    IDLE = 'idle'
+    IO = 'io'
+    CPU = 'cpu'
+    GPU = 'gpu'
+    WARMUP = 'warmup'
+    STARTUP = 'startup'
+    SHUTDOWN = 'shutdown'
+
+
+#: The seed's numeric codes, the values of ``worker_current_state``.
+STATE_VALUE_MAP = {
+    AppState.IDLE: 0,
+    AppState.IO: 1,
+    AppState.CPU: 2,
+    AppState.GPU: 3,
+    AppState.WARMUP: 4,
+    AppState.STARTUP: 5,
+    AppState.SHUTDOWN: 6,
+}
+
+_core.register_states(list(AppState))
+
+
+class StateTracker(_core.Tracker):
+    """One worker's timeline: at every instant in exactly one (state, operation).
+
+    ``StateTracker(enabled=True)`` makes a timeline of its own; the process-wide one,
+    which ``state_tracker``, ``track_state`` and the exporters use, is
+    ``state_tracker._tracker``.
+    """
+
+    __slots__ = ()
+
+    # set_state(new_state, operation=None), scope(state, operation=None), finalize()
+    # and the properties below are the Rust tracker's.
+
+    @property
+    def _enabled(self) -> bool:
+        return self.enabled
+
+    @property
+    def _current_state(self) -> AppState:
+        return self.current_state
+
+    @property
+    def _current_operation(self) -> str | None:
+        return self.current_operation or None
+
+    def update_gauge(self, state: AppState | None = None) -> None:
+        """The seed's gauge refresh: a no-op, ``worker_current_state`` is read live."""
+
+    def __repr__(self) -> str:
+        return (
+            f'<StateTracker enabled={self.enabled} state={self.current_state} '
+            f'operation={self.current_operation!r}>'
+        )
+
+
+def _otlp_configured() -> bool:
+    """Whether there is somewhere to aggregate: an OTLP endpoint, export not disabled."""
+    if os.environ.get('OTEL_SDK_DISABLED', '').strip().lower() == 'true':
+        return False
+    return any(
+        os.environ.get(v, '').strip()
+        for v in ('OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_METRICS_ENDPOINT')
+    )
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, '').strip().lower() in ('1', 'true', 'yes', 'on')
+
+
+def _service_name() -> str | None:
+    """The script's name, unless the environment names the service."""
+    if os.environ.get('OTEL_SERVICE_NAME', '').strip():
+        return None
+    if 'service.name=' in os.environ.get('OTEL_RESOURCE_ATTRIBUTES', ''):
+        return None
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ''
+    name = os.path.splitext(os.path.basename(argv0))[0]
+    return name if name and name not in ('-c', '-m', '') else 'python'
+
+
+class _GlobalTracker:
+    """The module-level ``state_tracker``: the process-wide tracker, and the pipeline
+    that exports it. Attributes it does not define are the tracker's (as the seed's
+    proxy forwarded them)."""
+
+    def __init__(self):
+        self._tracker = StateTracker(process_wide=True)
+        self._lock = threading.Lock()
+        self._rank = None
+        self._collector = None
+        self.pipeline = None
+
+    def enable(self, rank: int | None = None, *, gpu_meter: bool | None = None) -> None:
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
+            raise TypeError(f'rank must be an int, not {type(rank).__name__}')
+        tracks = _otlp_configured() or (rank if rank is not None else 0) == 0
+        with self._lock:
+            # The same timeline throughout: re-enabling never drops the open interval.
+            self._tracker.enabled = tracks
+            if not tracks:
+                return
+            if self.pipeline is None:
+                if gpu_meter is None:
+                    gpu_meter = _flag('HIGGSMETER_GPU_METER')
+                self.pipeline = _core.init(
+                    rank=rank, service_name=_service_name(), gpu_meter=gpu_meter
+                )
+                self._rank = rank
+                atexit.register(_core.shutdown)
+            if self._collector is None:
+                from higgsmeter import _prometheus
+
+                self._collector = _prometheus.register(self._tracker)
+
+    # The hot paths, without the __getattr__ detour.
+    def set_state(self, new_state: AppState, operation: str | None = None) -> None:
+        """Switches the current state (inside a scope: that scope's)."""
+        self._tracker.set_state(new_state, operation)
+
+    def scope(self, state: AppState, operation: str | None = None):
+        """A context manager: in ``state`` from ``__enter__`` to ``__exit__``."""
+        return self._tracker.scope(state, operation)
+
+    def finalize(self, timeout: float = 5.0) -> None:
+        """Commits the time so far and, if a pipeline runs, exports now (waiting at most
+        ``timeout`` seconds; never raises)."""
+        self._tracker.finalize()
+        if self.pipeline is not None:
+            _core.flush(timeout)
+
+    def __getattr__(self, name):
+        return getattr(self._tracker, name)
+
+
+state_tracker = _GlobalTracker()
+
+
+def enable_tracker(rank: int | None = None, *, gpu_meter: bool | None = None) -> None:
+    """Starts tracking, and the exporters, on a tracking rank.
+
+    Without an OTLP endpoint (nowhere to aggregate) only rank 0 tracks, as in the seed;
+    ``rank`` defaults to 0. With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, every rank tracks
+    and exports, with ``rank`` (else ``RANK``) as its ``rank`` resource attribute.
+    ``gpu_meter=True`` (or ``HIGGSMETER_GPU_METER=1``) starts the in-process NVML meter.
+    Calling it again switches tracking on or off and keeps the timeline.
+    """
+    state_tracker.enable(rank, gpu_meter=gpu_meter)
+
+
+def _check(state, operation) -> None:
+    if not isinstance(state, AppState):
+        raise TypeError(
+            f'state must be a higgsmeter.AppState member such as AppState.GPU, '
+            f'not {type(state).__name__} {state!r}'
+        )
+    if operation is not None and not isinstance(operation, str):
+        raise TypeError(
+            f'operation must be a str (or None for no operation), not {type(operation).__name__}'
+        )
+
+
+def track_state(state: AppState, operation: str | None = None):
+    """Marks a function as time in ``state``; the operation defaults to its
+    ``__qualname__``.
+
+    A plain or ``async`` function is in the state for its whole call (an ``await``
+    inside included); a generator or async generator while its body runs, each time it
+    is resumed, not while its consumer holds it between items.
+    """
+    _check(state, operation)
+
+    def decorator(func):
+        op = operation or func.__qualname__
+        scope = state_tracker.scope
+
+        if inspect.isasyncgenfunction(func):
+
+            @functools.wraps(func)
+            async def asyncgen_wrapper(*args, **kwargs):
+                agen = func(*args, **kwargs)
+                send, value = agen.asend, None
+                try:
+                    while True:
+                        with scope(state, op):
+                            try:
+                                item = await send(value)
+                            except StopAsyncIteration:
+                                return
+                        try:
+                            value = yield item
+                            send = agen.asend
+                        except GeneratorExit:
+                            raise
+                        except BaseException as exc:  # noqa: BLE001 - thrown in by the consumer
+                            send, value = agen.athrow, exc
+                finally:
+                    with scope(state, op):
+                        await agen.aclose()
+
+            return asyncgen_wrapper
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args, **kwargs):
+                with scope(state, op):
+                    return await func(*args, **kwargs)
+
+            return async_wrapper
+
+        if inspect.isgeneratorfunction(func):
+
+            @functools.wraps(func)
+            def gen_wrapper(*args, **kwargs):
+                gen = func(*args, **kwargs)
+                send, value = gen.send, None
+                try:
+                    while True:
+                        with scope(state, op):
+                            try:
+                                item = send(value)
+                            except StopIteration as stop:
+                                return stop.value
+                        try:
+                            value = yield item
+                            send = gen.send
+                        except GeneratorExit:
+                            raise
+                        except BaseException as exc:  # noqa: BLE001 - thrown in by the consumer
+                            send, value = gen.throw, exc
+                finally:
+                    with scope(state, op):
+                        gen.close()
+
+            return gen_wrapper
+
+        @functools.wraps(func)
+        def sync_wrapper(*args, **kwargs):
+            with scope(state, op):
+                return func(*args, **kwargs)
+
+        return sync_wrapper
+
+    return decorator

@@ -1,0 +1,344 @@
+"""The state contract (DESIGN.md) through the Python API: what the seed got wrong.
+
+Every test reads the process-wide tracker's exact snapshot: `(entries, current code,
+elapsed seconds)`, the entries summing to the elapsed time. Timings are never asserted:
+sleeps only make the order of events certain, and amounts are compared with `>=` or
+with the tracker's own elapsed time.
+"""
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from conftest import totals
+from prometheus_client import REGISTRY
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from higgsmeter import AppState
+from higgsmeter import enable_tracker
+from higgsmeter import state_tracker
+from higgsmeter import track_state
+
+SUM_TOLERANCE = 1e-6  # float rounding of nanosecond totals
+
+
+@pytest.fixture(autouse=True)
+def tracking():
+    enable_tracker(rank=0)
+    state_tracker.set_state(AppState.IDLE, 'contract')
+    yield
+    state_tracker.set_state(AppState.IDLE, 'contract')
+
+
+def current():
+    return state_tracker._tracker._current_state, state_tracker._tracker._current_operation
+
+
+def assert_sums_to_wall_time():
+    entries, _code, elapsed = state_tracker.snapshot()
+    assert abs(sum(s for _, _, s in entries) - elapsed) < SUM_TOLERANCE
+
+
+def scraped(name, **labels):
+    """The value of one sample in prometheus_client's default registry, or None."""
+    for family in text_string_to_metric_families(generate_latest(REGISTRY).decode()):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return None
+
+
+def test_a_scope_opens_at_enter_not_when_made():
+    scope = state_tracker.scope(AppState.GPU, 'later')
+    state_tracker.set_state(AppState.IO, 'meanwhile')
+    with scope:
+        assert current() == (AppState.GPU, 'later')
+    # The seed restored what was current when scope() was called (IDLE/contract).
+    assert current() == (AppState.IO, 'meanwhile')
+
+
+def test_set_state_inside_a_scope_changes_that_scope_only():
+    with state_tracker.scope(AppState.CPU, 'outer'):
+        state_tracker.set_state(AppState.GPU, 'kernel')
+        assert current() == (AppState.GPU, 'kernel')
+    assert current() == (AppState.IDLE, 'contract')
+
+
+def test_an_exception_closes_the_scope():
+    with pytest.raises(ZeroDivisionError):
+        with state_tracker.scope(AppState.GPU, 'boom'):
+            1 / 0
+    assert current() == (AppState.IDLE, 'contract')
+
+
+def test_a_scope_object_can_be_entered_again_and_nested():
+    scope = state_tracker.scope(AppState.IO, 'again')
+    with scope:
+        with scope:
+            assert current() == (AppState.IO, 'again')
+        assert current() == (AppState.IO, 'again')
+    with scope:
+        assert current() == (AppState.IO, 'again')
+    assert current() == (AppState.IDLE, 'contract')
+
+
+def test_thread_pool_scopes_never_restore_a_stale_state():
+    """Scopes on 8 pool threads overlap and close out of order; when all are closed the
+    tracker is back in the base state, and no time was counted twice."""
+    start = totals(state_tracker.snapshot()[0])
+    barrier = threading.Barrier(8)
+
+    def work(i):
+        barrier.wait()
+        for j in range(200):
+            with state_tracker.scope(AppState.GPU if i % 2 else AppState.IO, f'task{i % 4}'):
+                if j % 50 == 0:
+                    time.sleep(0.001)
+        return i
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert sorted(pool.map(work, range(8))) == list(range(8))
+    assert current() == (AppState.IDLE, 'contract')
+    assert_sums_to_wall_time()
+    end = totals(state_tracker.snapshot()[0])
+    for key, seconds in end.items():
+        assert seconds >= start.get(key, 0.0)  # counters never go back
+
+
+def test_eight_threads_hammering_set_state():
+    states = [AppState.IDLE, AppState.IO, AppState.CPU, AppState.GPU]
+    barrier = threading.Barrier(8)
+    errors = []
+
+    def hammer(i):
+        try:
+            barrier.wait()
+            for j in range(2000):
+                state_tracker.set_state(states[(i + j) % 4], f'hammer{i}')
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=hammer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    state, op = current()
+    assert state in states and op.startswith('hammer')
+    assert_sums_to_wall_time()
+    entries = state_tracker.snapshot()[0]
+    assert {op for _, op, _ in entries} >= {f'hammer{i}' for i in range(8)}
+
+
+def test_overlapping_asyncio_tasks():
+    """Task A opens GPU, task B opens IO, A closes first: the tracker stays in IO (the
+    seed went back to what was current before A, while B was still running)."""
+    seen = {}
+
+    async def main():
+        a_entered, b_entered, a_done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+        async def task_a():
+            with state_tracker.scope(AppState.GPU, 'a'):
+                a_entered.set()
+                await b_entered.wait()
+            a_done.set()
+
+        async def task_b():
+            await a_entered.wait()
+            with state_tracker.scope(AppState.IO, 'b'):
+                b_entered.set()
+                await a_done.wait()
+                seen['after_a'] = current()
+            seen['after_b'] = current()
+
+        await asyncio.gather(task_a(), task_b())
+
+    before = totals(state_tracker.snapshot()[0])
+    asyncio.run(main())
+    assert seen['after_a'] == (AppState.IO, 'b')
+    assert seen['after_b'] == (AppState.IDLE, 'contract')
+    assert_sums_to_wall_time()
+    after = totals(state_tracker.snapshot()[0])
+    assert after[('gpu', 'a')] > before.get(('gpu', 'a'), 0.0)
+    assert after[('io', 'b')] > before.get(('io', 'b'), 0.0)
+
+
+def test_async_function_is_in_its_state_while_it_awaits():
+    @track_state(AppState.IO)
+    async def fetch():
+        await asyncio.sleep(0.02)
+        return current()
+
+    assert asyncio.run(fetch()) == (AppState.IO, fetch.__qualname__)
+    assert current() == (AppState.IDLE, 'contract')
+
+
+def test_decorated_generator_is_in_its_state_while_its_body_runs():
+    inside = []
+
+    @track_state(AppState.CPU, 'tokenize')
+    def tokens(n):
+        for i in range(n):
+            inside.append(current())
+            yield i
+        return 'done'
+
+    gen = tokens(3)
+    assert current() == (AppState.IDLE, 'contract')  # making it runs no body
+    seen_between = []
+    for _ in gen:
+        seen_between.append(current())
+    assert inside == [(AppState.CPU, 'tokenize')] * 3
+    assert seen_between == [(AppState.IDLE, 'contract')] * 3
+
+    # send(), throw() and close() reach the body, in its state.
+    @track_state(AppState.GPU, 'echo')
+    def echo():
+        received = yield 'ready'
+        try:
+            while True:
+                received = yield (received, current())
+        except ValueError:
+            yield ('caught', current())
+        finally:
+            inside.append(('closed', current()))
+
+    gen = echo()
+    assert next(gen) == 'ready'
+    assert gen.send(5) == (5, (AppState.GPU, 'echo'))
+    assert gen.throw(ValueError('x')) == ('caught', (AppState.GPU, 'echo'))
+    gen.close()
+    assert inside[-1] == ('closed', (AppState.GPU, 'echo'))
+    assert current() == (AppState.IDLE, 'contract')
+
+    # The generator's return value reaches `yield from`.
+    def outer():
+        result = yield from tokens(1)
+        return result
+
+    with pytest.raises(StopIteration) as stop:
+        g = outer()
+        next(g)
+        next(g)
+    assert stop.value.value == 'done'
+
+
+def test_decorated_async_generator_is_in_its_state_while_its_body_runs():
+    inside, between = [], []
+
+    @track_state(AppState.IO, 'stream')
+    async def stream(n):
+        for i in range(n):
+            await asyncio.sleep(0)
+            inside.append(current())
+            yield i
+
+    async def consume():
+        async for _ in stream(3):
+            between.append(current())
+
+    asyncio.run(consume())
+    assert inside == [(AppState.IO, 'stream')] * 3
+    assert between == [(AppState.IDLE, 'contract')] * 3
+    assert current() == (AppState.IDLE, 'contract')
+
+
+def test_a_scrape_mid_scope_shows_the_time_so_far():
+    with state_tracker.scope(AppState.GPU, 'long_kernel'):
+        time.sleep(0.05)
+        first = scraped('worker_activity_time_seconds_total', state='gpu', operation='long_kernel')
+        time.sleep(0.05)
+        second = scraped('worker_activity_time_seconds_total', state='gpu', operation='long_kernel')
+        assert scraped('worker_current_state') == 3
+        inside = totals(state_tracker.snapshot()[0])[('gpu', 'long_kernel')]
+    assert first is not None and first >= 0.05
+    assert second > first
+    assert inside >= second
+    assert scraped('worker_current_state') == 0
+
+
+def test_finalize_twice_never_double_counts():
+    state_tracker.set_state(AppState.SHUTDOWN, 'final')
+    time.sleep(0.01)
+    state_tracker.finalize()
+    state_tracker.finalize()
+    assert_sums_to_wall_time()
+    entries, _, elapsed = state_tracker.snapshot()
+    assert sum(s for _, _, s in entries) <= elapsed + SUM_TOLERANCE
+
+
+def test_enable_again_keeps_the_open_interval():
+    state_tracker.set_state(AppState.WARMUP, 'load_weights')
+    time.sleep(0.03)
+    enable_tracker(rank=0)  # the seed made a new tracker here and lost the 30 ms
+    time.sleep(0.03)
+    state_tracker.finalize()
+    warm = totals(state_tracker.snapshot()[0])[('warmup', 'load_weights')]
+    assert warm >= 0.06
+    assert current() == (AppState.WARMUP, 'load_weights')
+
+
+def test_prometheus_exposition_matches_the_seed():
+    text = generate_latest(REGISTRY).decode()
+    assert '# HELP worker_activity_time_seconds_total Total seconds spent in each state and operation' in text
+    assert '# TYPE worker_activity_time_seconds_total counter' in text
+    assert (
+        '# HELP worker_current_state Current state indicator: 0=Idle, 1=IO, 2=CPU, 3=GPU, '
+        '4=Warmup, 5=Startup, 6=Shutdown'
+    ) in text
+    assert '# TYPE worker_current_state gauge' in text
+
+
+def test_nothing_is_claimed_before_enable_or_on_a_rank_that_does_not_track(run_python):
+    out = run_python(
+        """
+        from prometheus_client import generate_latest
+        from higgsmeter import AppState, enable_tracker, state_tracker
+        before = generate_latest().decode()
+        state_tracker.set_state(AppState.GPU, 'ignored')   # off: a no-op, as in the seed
+        enable_tracker(rank=1)                              # no OTLP endpoint: rank 1 does not track
+        rank1 = generate_latest().decode()
+        enable_tracker(rank=0)
+        rank0 = generate_latest().decode()
+        print('worker_current_state' in before, 'worker_current_state' in rank1,
+              'worker_current_state 5.0' in rank0, 'ignored' in rank0)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ['False', 'False', 'True', 'False']
+
+
+def test_the_rust_prometheus_endpoint(run_python):
+    """HIGGSMETER_PROMETHEUS_ADDR serves /metrics from Rust, without prometheus_client."""
+    out = run_python(
+        """
+        import time, urllib.request
+        from higgsmeter import AppState, enable_tracker, state_tracker
+        enable_tracker()
+        addr = state_tracker.pipeline['prometheus_addr']
+        with state_tracker.scope(AppState.GPU, 'served'):
+            time.sleep(0.05)
+            body = urllib.request.urlopen(f'http://{addr}/metrics', timeout=10).read().decode()
+        print(body)
+        """,
+        env={'HIGGSMETER_PROMETHEUS_ADDR': '127.0.0.1:0'},
+    )
+    assert out.returncode == 0, out.stderr
+    values = {}
+    for family in text_string_to_metric_families(out.stdout):
+        for sample in family.samples:
+            values[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    gpu = [
+        v
+        for (name, labels), v in values.items()
+        if name == 'worker_activity_time_seconds_total'
+        and ('state', 'gpu') in labels
+        and ('operation', 'served') in labels
+    ]
+    assert gpu and gpu[0] >= 0.05
+    assert [v for (name, _), v in values.items() if name == 'worker_current_state'] == [3]
