@@ -1,0 +1,310 @@
+"""Helpers for the end-to-end tests of the Python package against the real collector.
+
+- ``repo_root()`` / ``collector_binary()``: the workspace root (found from this file) and
+  ``target/debug/higgsmeter-collector`` (built with ``cargo build -p
+  higgsmeter-collector`` when missing; ``HIGGSMETER_COLLECTOR_BIN`` overrides).
+- ``Collector``: the collector binary on 127.0.0.1 with port 0 everywhere (the ports it
+  bound are read from the one line it prints on start), no checkpointed state, its
+  stderr in a temporary file; stopped by its own PID.
+- ``scrape()`` / ``parse_prometheus_text()``: a Prometheus text scrape, parsed into
+  ``Sample(name, labels, value)`` rows.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+#: The collector's configuration for these tests (flags add the receivers and the
+#: Prometheus endpoint). A source stays in the gauges and the per-source view for
+#: ``stale_after`` after its last push; the workers exit before the test reads the
+#: views, so this is well above a test's length.
+COLLECTOR_CONFIG = """\
+processors:
+  higgsmeter:
+    expected_interval: 1s
+    stale_after: 120s
+    forget_after: 1h
+    storage: none
+"""
+
+#: How long ``cargo build -p higgsmeter-collector`` may take (a cold debug build).
+BUILD_TIMEOUT_S = 1800
+
+
+def repo_root() -> Path:
+    """The workspace root: the nearest ancestor of this file with a Cargo.toml that has a
+    ``[workspace]`` and a ``collector/`` directory."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        manifest = parent / 'Cargo.toml'
+        if manifest.is_file() and (parent / 'collector').is_dir():
+            if '[workspace]' in manifest.read_text(encoding='utf-8'):
+                return parent
+    raise RuntimeError(f'no workspace root above {here}')
+
+
+def collector_binary() -> Path:
+    """``HIGGSMETER_COLLECTOR_BIN``, else ``<target>/debug/higgsmeter-collector``, built
+    (``cargo build -p higgsmeter-collector --quiet``) when it is missing."""
+    override = os.environ.get('HIGGSMETER_COLLECTOR_BIN')
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise RuntimeError(f'HIGGSMETER_COLLECTOR_BIN={override} is not a file')
+        return path
+    root = repo_root()
+    target = Path(os.environ.get('CARGO_TARGET_DIR') or root / 'target')
+    if not target.is_absolute():
+        target = root / target
+    binary = target / 'debug' / 'higgsmeter-collector'
+    if not binary.is_file():
+        cmd = ['cargo', 'build', '-p', 'higgsmeter-collector', '--bin', 'higgsmeter-collector', '--quiet']
+        try:
+            done = subprocess.run(
+                cmd, cwd=root, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+            )
+        except FileNotFoundError as e:
+            raise RuntimeError(
+                f'{binary} is missing and cargo is not on PATH; build it or set '
+                'HIGGSMETER_COLLECTOR_BIN'
+            ) from e
+        if done.returncode != 0:
+            raise RuntimeError(
+                f'{" ".join(cmd)} failed ({done.returncode}):\n{done.stderr[-6000:]}'
+            )
+        if not binary.is_file():
+            raise RuntimeError(f'{" ".join(cmd)} succeeded but {binary} is missing')
+    return binary
+
+
+def _line_reader(stream) -> queue.Queue:
+    """Lines of ``stream`` (a text pipe) on a queue; ``None`` at end of file."""
+    lines: queue.Queue = queue.Queue()
+
+    def pump():
+        try:
+            for line in stream:
+                lines.put(line.rstrip('\n'))
+        except (OSError, ValueError):
+            pass
+        finally:
+            lines.put(None)
+
+    threading.Thread(target=pump, name='collector-stdout', daemon=True).start()
+    return lines
+
+
+class Collector:
+    """A running ``higgsmeter-collector`` on 127.0.0.1 ports it picked itself."""
+
+    def __init__(self, binary: Path, workdir: Path, start_timeout: float = 60.0):
+        self.workdir = workdir
+        config = workdir / 'collector.yaml'
+        config.write_text(COLLECTOR_CONFIG, encoding='utf-8')
+        self._stderr = open(workdir / 'collector.stderr', 'w+b')  # noqa: SIM115 - closed in stop()
+        env = dict(os.environ)
+        env['RUST_LOG'] = 'info'
+        self.process = subprocess.Popen(
+            [
+                str(binary),
+                '--config', str(config),
+                '--grpc', '127.0.0.1:0',
+                '--http', '127.0.0.1:0',
+                '--prometheus', '127.0.0.1:0',
+                '--storage', 'none',
+            ],
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+        )
+        self.pid = self.process.pid
+        try:
+            line = self._listening_line(_line_reader(self.process.stdout), start_timeout)
+            addrs = dict(
+                word.split('=', 1) for word in line.split()[2:] if '=' in word
+            )
+            self.grpc = addrs['grpc']
+            self.http = addrs['http']
+            self.prometheus = addrs['prometheus']
+            for addr in (self.grpc, self.http, self.prometheus):
+                if not addr.startswith('127.0.0.1:'):
+                    raise RuntimeError(f'collector listens on {addr}, not 127.0.0.1: {line!r}')
+            self._wait_ready(f'http://{self.prometheus}/readyz', start_timeout)
+            self._wait_ready(f'http://{self.http}/readyz', start_timeout)
+        except BaseException:
+            self.stop()
+            sys.stdout.write(self.log_section())
+            self.close()
+            raise
+
+    def _listening_line(self, lines: queue.Queue, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RuntimeError(f'no "listening" line from the collector within {timeout} s')
+            try:
+                line = lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            if line is None:
+                raise RuntimeError(
+                    f'the collector exited ({self.process.wait(5)}) before listening'
+                )
+            if line.startswith('higgsmeter-collector listening'):
+                return line
+
+    def _wait_ready(self, url: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f'the collector exited ({self.process.returncode})')
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        return
+                    last = r.status
+            except (urllib.error.URLError, OSError) as e:
+                last = e
+            time.sleep(0.1)
+        raise RuntimeError(f'{url} not ready within {timeout} s: {last}')
+
+    def otlp_endpoint(self, protocol: str) -> str:
+        """The ``OTEL_EXPORTER_OTLP_ENDPOINT`` for ``grpc`` or ``http/protobuf``."""
+        return f'http://{self.grpc}' if protocol == 'grpc' else f'http://{self.http}'
+
+    def scrape(self, path: str = '/metrics') -> list[Sample]:
+        return parse_prometheus_text(http_get(f'http://{self.prometheus}{path}'))
+
+    def log(self) -> str:
+        """What the collector wrote to stderr so far."""
+        try:
+            self._stderr.flush()
+            return (self.workdir / 'collector.stderr').read_text(encoding='utf-8', errors='replace')
+        except (OSError, ValueError):
+            return '(collector stderr unreadable)'
+
+    def log_section(self) -> str:
+        return f'\n----- higgsmeter-collector (pid {self.pid}) stderr -----\n{self.log()}\n-----\n'
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM to the collector's own PID, then SIGKILL after ``timeout``."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.pid, signal.SIGKILL)
+                self.process.wait(10)
+        if self.process.stdout is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdout.close()
+        with contextlib.suppress(OSError, ValueError):
+            self._stderr.flush()
+        return self.process.returncode
+
+    def close(self) -> None:
+        self.stop()
+        with contextlib.suppress(OSError):
+            self._stderr.close()
+
+
+@contextlib.contextmanager
+def collector_running(start_timeout: float = 60.0):
+    """A collector in a temporary working directory, stopped (by PID) and removed at the
+    end; on an exception its stderr is printed (pytest shows it with the failure)."""
+    binary = collector_binary()
+    with tempfile.TemporaryDirectory(prefix='higgsmeter-pytest-collector-') as tmp:
+        collector = Collector(binary, Path(tmp), start_timeout)
+        try:
+            yield collector
+        except BaseException:
+            collector.stop()
+            sys.stdout.write(collector.log_section())
+            raise
+        finally:
+            collector.close()
+
+
+def http_get(url: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode('utf-8')
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict
+    value: float
+
+    def label(self, key: str) -> str:
+        """A label's value; ``""`` when absent (as Prometheus reads it)."""
+        return self.labels.get(key, '')
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+-?\d+)?\s*$')
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(?:,|$)')
+
+
+def _unescape(value: str) -> str:
+    out = []
+    i = 0
+    while i < len(value):
+        c = value[i]
+        if c == '\\' and i + 1 < len(value):
+            nxt = value[i + 1]
+            out.append({'n': '\n', '\\': '\\', '"': '"'}.get(nxt, '\\' + nxt))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return ''.join(out)
+
+
+def _float(text: str) -> float:
+    special = {'+Inf': float('inf'), '-Inf': float('-inf'), 'NaN': float('nan')}
+    return special[text] if text in special else float(text)
+
+
+def parse_prometheus_text(text: str) -> list[Sample]:
+    """Samples of a Prometheus text exposition (0.0.4); comments skipped."""
+    samples = []
+    for line in text.splitlines():
+        if not line.strip() or line.startswith('#'):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            raise ValueError(f'not a Prometheus sample line: {line!r}')
+        name, body, value = m.groups()
+        labels = {}
+        if body:
+            pos = 0
+            while pos < len(body):
+                lm = _LABEL.match(body, pos)
+                if not lm:
+                    raise ValueError(f'bad labels in {line!r}')
+                labels[lm.group(1)] = _unescape(lm.group(2))
+                pos = lm.end()
+        samples.append(Sample(name, labels, _float(value)))
+    return samples
