@@ -66,6 +66,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipeline::flush, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::running, m)?)?;
+    m.add_function(wrap_pyfunction!(pipeline::forget_after_fork, m)?)?;
     m.add_function(wrap_pyfunction!(engine::step, m)?)?;
     m.add_function(wrap_pyfunction!(engine::transfer, m)?)?;
     Ok(())

@@ -1,8 +1,8 @@
 //! The OpenTelemetry pipeline of a Python worker: `higgsmeter::init()`'s, started once
 //! by `enable_tracker` on a tracking rank, flushed by `finalize()`, shut down at exit.
 
-use std::sync::Mutex;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use higgsmeter::Telemetry;
@@ -11,15 +11,24 @@ use pyo3::types::PyDict;
 
 use crate::ConfigError;
 use crate::traces;
+use crate::tracker::PyTracker;
 
-/// The running pipeline, if `init` started one.
-static TELEMETRY: Mutex<Option<Telemetry>> = Mutex::new(None);
+/// The running pipeline, if `init` started one. The lock is held only to read or swap
+/// the slot (a flush works on a clone), so a `fork()` never finds it held for long.
+static TELEMETRY: Mutex<Option<Shared>> = Mutex::new(None);
 
-fn telemetry() -> std::sync::MutexGuard<'static, Option<Telemetry>> {
+/// The pipeline, shared with a flush in progress (the guard is `Send`, not `Sync`).
+type Shared = Arc<Mutex<Telemetry>>;
+
+fn lock(t: &Shared) -> std::sync::MutexGuard<'_, Telemetry> {
+    t.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn telemetry() -> std::sync::MutexGuard<'static, Option<Shared>> {
     TELEMETRY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Starts the pipeline from the environment (the Rust SDK's variables: `OTEL_*`,
+/// Starts the pipeline for `tracker` from the environment (the Rust SDK's variables: `OTEL_*`,
 /// `HIGGSMETER_PROMETHEUS_ADDR`, `RANK`, …) unless it runs already. `rank`, when
 /// given, is the `rank` resource attribute (else `RANK`); `service_name` is used when
 /// neither `OTEL_SERVICE_NAME` nor `OTEL_RESOURCE_ATTRIBUTES` names the service;
@@ -27,9 +36,10 @@ fn telemetry() -> std::sync::MutexGuard<'static, Option<Telemetry>> {
 /// `prometheus_addr` (str or None), `traces` (bool), `gpu_meter` (bool),
 /// `started` (false when it was running already). A bad setting raises `ConfigError`.
 #[pyfunction]
-#[pyo3(signature = (rank = None, service_name = None, gpu_meter = false))]
+#[pyo3(signature = (tracker, rank = None, service_name = None, gpu_meter = false))]
 pub(crate) fn init<'py>(
     py: Python<'py>,
+    tracker: &PyTracker,
     rank: Option<i64>,
     service_name: Option<String>,
     gpu_meter: bool,
@@ -40,6 +50,7 @@ pub(crate) fn init<'py>(
         if slot.is_none() {
             let make = || {
                 let mut b = Telemetry::builder()
+                    .with_tracker(tracker.inner.clone())
                     .with_gpu_meter(gpu_meter)
                     .with_resource_attribute("telemetry.sdk.language", "python");
                 if let Some(rank) = rank {
@@ -64,19 +75,20 @@ pub(crate) fn init<'py>(
             if !subscriber {
                 warn(
                     py,
-                    "higgsmeter: another tracing subscriber is installed in this process; \
-                     states are tracked and exported, but engine step/transfer spans and \
-                     traces are not recorded",
+                    "higgsmeter: a tracing subscriber is already installed in this process \
+                     (another library's, or the one of the process this one was forked \
+                     from); states are tracked and exported, but engine step/transfer \
+                     spans and traces are not recorded",
                 );
             }
             traces::set_on(subscriber && t.trace_counts().is_some());
-            *slot = Some(t);
+            *slot = Some(Arc::new(Mutex::new(t)));
             started = true;
         }
     }
-    let slot = telemetry();
+    let current = telemetry().clone();
     let info = PyDict::new(py);
-    if let Some(t) = slot.as_ref() {
+    if let Some(t) = current.as_ref().map(lock) {
         info.set_item("otlp", t.meter_provider().is_some() && otlp_configured())?;
         info.set_item(
             "prometheus_addr",
@@ -123,8 +135,9 @@ pub(crate) fn flush(py: Python<'_>, timeout: f64) -> bool {
         let spawned = std::thread::Builder::new()
             .name("higgsmeter-py-flush".into())
             .spawn(move || {
-                if let Some(t) = telemetry().as_ref() {
-                    t.force_flush();
+                let current = telemetry().clone();
+                if let Some(t) = current {
+                    lock(&t).force_flush();
                 }
                 let _ = tx.send(());
             });
@@ -143,6 +156,8 @@ pub(crate) fn shutdown(py: Python<'_>, timeout: f64) -> bool {
     let Some(t) = telemetry().take() else {
         return true;
     };
+    // The last clone to drop (this one, or a flush's still running) makes the final
+    // export and shuts the exporters down.
     py.detach(|| {
         let (tx, rx) = mpsc::channel();
         let spawned = std::thread::Builder::new()
@@ -153,6 +168,21 @@ pub(crate) fn shutdown(py: Python<'_>, timeout: f64) -> bool {
             });
         spawned.is_ok() && rx.recv_timeout(timeout).is_ok()
     })
+}
+
+/// In a child process just forked: forgets the parent's pipeline without touching it.
+/// Its exporter threads were not copied by `fork()`, so shutting it down would wait on
+/// threads that do not exist; it is leaked instead (the child's copy of its memory).
+/// Registered with `os.register_at_fork(after_in_child=...)`.
+#[pyfunction]
+pub(crate) fn forget_after_fork() {
+    traces::set_on(false);
+    // Held at the instant of the fork by a thread that does not exist here: leave it.
+    if let Ok(mut slot) = TELEMETRY.try_lock() {
+        if let Some(t) = slot.take() {
+            std::mem::forget(t);
+        }
+    }
 }
 
 /// Whether a pipeline runs.

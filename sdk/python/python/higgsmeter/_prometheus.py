@@ -22,7 +22,8 @@ class ActivityCollector:
     """A ``prometheus_client`` collector over a tracker's live snapshot."""
 
     def __init__(self, tracker):
-        self._tracker = tracker
+        #: The tracker read at each scrape (a forked child swaps in its own).
+        self.tracker = tracker
 
     def describe(self):
         from prometheus_client.core import CounterMetricFamily
@@ -37,9 +38,10 @@ class ActivityCollector:
         from prometheus_client.core import CounterMetricFamily
         from prometheus_client.core import GaugeMetricFamily
 
-        if not self._tracker.enabled:
+        tracker = self.tracker
+        if not tracker.enabled:
             return
-        entries, current, _elapsed = self._tracker.snapshot()
+        entries, current, _elapsed = tracker.snapshot()
         activity = CounterMetricFamily(
             ACTIVITY_NAME, ACTIVITY_HELP, labels=list(ACTIVITY_LABELS)
         )

@@ -143,7 +143,7 @@ class _GlobalTracker:
                 if gpu_meter is None:
                     gpu_meter = _flag('HIGGSMETER_GPU_METER')
                 self.pipeline = _core.init(
-                    rank=rank, service_name=_service_name(), gpu_meter=gpu_meter
+                    self._tracker, rank=rank, service_name=_service_name(), gpu_meter=gpu_meter
                 )
                 self._rank = rank
                 atexit.register(_core.shutdown)
@@ -151,6 +151,18 @@ class _GlobalTracker:
                 from higgsmeter import _prometheus
 
                 self._collector = _prometheus.register(self._tracker)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child starts off with a timeline of its own: the parent's totals are
+        the parent's to export, its exporter threads were not copied, and a lock one of
+        them held at the fork would never be released here. Scopes are no-ops until
+        ``enable_tracker`` is called in the child."""
+        self._lock = threading.Lock()
+        _core.forget_after_fork()
+        self.pipeline = None
+        self._tracker = StateTracker(enabled=False)
+        if self._collector is not None:
+            self._collector.tracker = self._tracker
 
     # The hot paths, without the __getattr__ detour.
     def set_state(self, new_state: AppState, operation: str | None = None) -> None:
@@ -173,6 +185,8 @@ class _GlobalTracker:
 
 
 state_tracker = _GlobalTracker()
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=state_tracker._after_fork_in_child)
 
 
 def enable_tracker(rank: int | None = None, *, gpu_meter: bool | None = None) -> None:
