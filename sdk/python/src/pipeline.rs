@@ -178,10 +178,10 @@ pub(crate) fn shutdown(py: Python<'_>, timeout: f64) -> bool {
 pub(crate) fn forget_after_fork() {
     traces::set_on(false);
     // Held at the instant of the fork by a thread that does not exist here: leave it.
-    if let Ok(mut slot) = TELEMETRY.try_lock() {
-        if let Some(t) = slot.take() {
-            std::mem::forget(t);
-        }
+    if let Ok(mut slot) = TELEMETRY.try_lock()
+        && let Some(t) = slot.take()
+    {
+        std::mem::forget(t);
     }
 }
 
