@@ -196,6 +196,14 @@ pub mod __private {
         state_tracker().span(state, operation)
     }
 
+    /// A state span that no tracker accounts (tracker id 0, which no tracker has): for
+    /// bindings that account scopes with [`Tracker::open_scope`](crate::Tracker::open_scope)
+    /// and want the span only for traces (the Python package).
+    #[inline]
+    pub fn untracked_state_span(state: AppState, operation: &str) -> tracing::Span {
+        crate::span::state_span(0, state, operation)
+    }
+
     /// Pins a future's output type, so `?` in an instrumented async body infers.
     #[inline]
     pub fn with_output<T, F: core::future::Future<Output = T>>(future: F) -> F {

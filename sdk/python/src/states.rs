@@ -56,11 +56,7 @@ fn not_a_state(state: &Bound<'_, PyAny>) -> PyErr {
         .repr()
         .map(|r| r.to_string())
         .unwrap_or_else(|_| "?".to_owned());
-    let type_name = state
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".to_owned());
+    let type_name = type_name(state);
     PyTypeError::new_err(format!(
         "state must be a higgsmeter.AppState member such as AppState.GPU, not {type_name} {shown}"
     ))
@@ -85,12 +81,16 @@ pub(crate) fn with_operation<R>(
 
 #[cold]
 fn not_an_operation(op: &Bound<'_, PyAny>) -> PyErr {
-    let type_name = op
-        .get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".to_owned());
+    let type_name = type_name(op);
     PyTypeError::new_err(format!(
         "operation must be a str (or None for no operation), not {type_name}"
     ))
+}
+
+/// The name of an object's type, for messages.
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_owned())
 }

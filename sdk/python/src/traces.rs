@@ -81,26 +81,7 @@ pub(crate) fn state_span(py: Python<'_>, state: AppState, operation: &str) -> Op
         return None;
     }
     Some(open(py, || {
-        macro_rules! span {
-            ($name:literal) => {
-                tracing::info_span!(
-                    target: "higgsmeter::state",
-                    $name,
-                    state = state.as_str(),
-                    operation = operation,
-                    higgsmeter.tracker = 0u64,
-                )
-            };
-        }
-        match state {
-            AppState::Idle => span!("idle"),
-            AppState::Io => span!("io"),
-            AppState::Cpu => span!("cpu"),
-            AppState::Gpu => span!("gpu"),
-            AppState::Warmup => span!("warmup"),
-            AppState::Startup => span!("startup"),
-            AppState::Shutdown => span!("shutdown"),
-        }
+        higgsmeter::__private::untracked_state_span(state, operation)
     }))
 }
 
