@@ -124,7 +124,7 @@ class _GlobalTracker:
     proxy forwarded them)."""
 
     def __init__(self):
-        self._tracker = StateTracker(process_wide=True)
+        self._bind(StateTracker(process_wide=True))
         self._lock = threading.Lock()
         self._rank = None
         self._collector = None
@@ -158,13 +158,21 @@ class _GlobalTracker:
         them held at the fork would never be released here. Scopes are no-ops until
         ``enable_tracker`` is called in the child."""
         self._lock = threading.Lock()
+        self._tracker.enabled = False  # the parent's timeline: an atomic store, no lock
         _core.forget_after_fork()
         self.pipeline = None
-        self._tracker = StateTracker(enabled=False)
+        self._bind(StateTracker(enabled=False))
         if self._collector is not None:
             self._collector.tracker = self._tracker
 
-    # The hot paths, without the __getattr__ detour.
+    def _bind(self, tracker: StateTracker) -> None:
+        self._tracker = tracker
+        # The hot paths straight to the Rust methods: an instance attribute wins over
+        # the method of the same name below, and saves a Python frame per call.
+        self.set_state = tracker.set_state
+        self.scope = tracker.scope
+
+    # The hot paths, without the __getattr__ detour (documentation; _bind shadows them).
     def set_state(self, new_state: AppState, operation: str | None = None) -> None:
         """Switches the current state (inside a scope: that scope's)."""
         self._tracker.set_state(new_state, operation)
@@ -224,8 +232,9 @@ def track_state(state: AppState, operation: str | None = None):
     _check(state, operation)
 
     def decorator(func):
+        # state_tracker.scope is looked up at each call: a forked child swaps its
+        # tracker in.
         op = operation or func.__qualname__
-        scope = state_tracker.scope
 
         if inspect.isasyncgenfunction(func):
 
@@ -235,7 +244,7 @@ def track_state(state: AppState, operation: str | None = None):
                 send, value = agen.asend, None
                 try:
                     while True:
-                        with scope(state, op):
+                        with state_tracker.scope(state, op):
                             try:
                                 item = await send(value)
                             except StopAsyncIteration:
@@ -248,7 +257,7 @@ def track_state(state: AppState, operation: str | None = None):
                         except BaseException as exc:  # noqa: BLE001 - thrown in by the consumer
                             send, value = agen.athrow, exc
                 finally:
-                    with scope(state, op):
+                    with state_tracker.scope(state, op):
                         await agen.aclose()
 
             return asyncgen_wrapper
@@ -257,7 +266,7 @@ def track_state(state: AppState, operation: str | None = None):
 
             @functools.wraps(func)
             async def async_wrapper(*args, **kwargs):
-                with scope(state, op):
+                with state_tracker.scope(state, op):
                     return await func(*args, **kwargs)
 
             return async_wrapper
@@ -270,7 +279,7 @@ def track_state(state: AppState, operation: str | None = None):
                 send, value = gen.send, None
                 try:
                     while True:
-                        with scope(state, op):
+                        with state_tracker.scope(state, op):
                             try:
                                 item = send(value)
                             except StopIteration as stop:
@@ -283,14 +292,14 @@ def track_state(state: AppState, operation: str | None = None):
                         except BaseException as exc:  # noqa: BLE001 - thrown in by the consumer
                             send, value = gen.throw, exc
                 finally:
-                    with scope(state, op):
+                    with state_tracker.scope(state, op):
                         gen.close()
 
             return gen_wrapper
 
         @functools.wraps(func)
         def sync_wrapper(*args, **kwargs):
-            with scope(state, op):
+            with state_tracker.scope(state, op):
                 return func(*args, **kwargs)
 
         return sync_wrapper
