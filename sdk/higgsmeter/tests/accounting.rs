@@ -405,3 +405,38 @@ fn snapshots_taken_mid_state_include_live_time_and_never_decrease() {
         assert_eq!(last, ms(2000));
     });
 }
+
+#[test]
+fn hand_opened_scopes_follow_the_span_rules_and_mix_with_spans() {
+    let (t, clock, d) = manual();
+    tracing::dispatcher::with_default(&d, || {
+        t.set_state(AppState::Idle, "base");
+        let a = t.open_scope(AppState::Gpu, "a");
+        clock.advance(ms(10));
+        let span = t.scope(AppState::Io, "span"); // a span-backed scope on top
+        clock.advance(ms(20));
+        let b = t.open_scope(AppState::Cpu, "b");
+        clock.advance(ms(30));
+        // Out of order: closing `a` (beneath) changes nothing current.
+        assert!(t.close_scope(a));
+        assert_eq!(t.current(), (AppState::Cpu, "b".into()));
+        assert!(!t.close_scope(a), "closing twice does nothing");
+        clock.advance(ms(40));
+        assert!(t.close_scope(b));
+        assert_eq!(t.current(), (AppState::Io, "span".into()));
+        clock.advance(ms(50));
+        drop(span);
+        assert_eq!(t.current(), (AppState::Idle, "base".into()));
+    });
+    let s = t.snapshot();
+    assert_eq!(at(&s, AppState::Gpu, "a"), ms(10));
+    assert_eq!(at(&s, AppState::Io, "span"), ms(20 + 50));
+    assert_eq!(at(&s, AppState::Cpu, "b"), ms(30 + 40));
+    assert_exact(&s);
+
+    // A disabled tracker hands out an id that closes nothing.
+    t.set_enabled(false);
+    let off = t.open_scope(AppState::Gpu, "off");
+    assert_eq!(t.current(), (AppState::Idle, "base".into()));
+    assert!(!t.close_scope(off));
+}
