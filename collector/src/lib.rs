@@ -226,6 +226,8 @@ impl Collector {
     /// checkpointed aggregation state restored before any listener is bound.
     pub async fn start(plan: Plan) -> Result<RunningCollector, Error> {
         let stats = Arc::new(SelfMetrics::default());
+        // Where the state lives (or that there is none), before anything else.
+        tracing::info!("{}", plan.state_summary());
         let storage = match &plan.storage {
             Some(dir) => Some(storage::FileStorage::open(dir)?),
             None => None,
