@@ -9,8 +9,9 @@
 //!   `Retry-After` or `RetryInfo` when it gave one, else the exponential backoff), or
 //!   was refused for good ([`Failure::Refused`]: any other 4xx, `INVALID_ARGUMENT`,
 //!   ...). What is refused, or rejected in a partial success, is dropped and counted
-//!   with its [`DropReason`] in `higgsmeter_collector_export_dropped_points_total`;
-//!   it is never retried.
+//!   with its [`DropReason`] in `higgsmeter_collector_export_dropped_points_total`
+//!   (spans: `higgsmeter_collector_spans_exported_total{outcome}`); it is never
+//!   retried.
 //! - [`run_periodic`] reads the exporter's view every `interval` into a bounded queue
 //!   (the oldest reading dropped and counted when full) and sends its front; reading
 //!   runs off the async workers and sending never holds the aggregator, so ingest
@@ -179,6 +180,24 @@ impl Outcomes {
         }
     }
 
+    /// The self-metric that counts what is dropped for `reason`, for the logs.
+    fn counted_in(&self, reason: DropReason) -> String {
+        match self.signal {
+            Signal::Metrics => format!(
+                "higgsmeter_collector_export_dropped_points_total{{reason=\"{}\"}}",
+                reason.as_str()
+            ),
+            Signal::Traces => format!(
+                "higgsmeter_collector_spans_exported_total{{outcome=\"{}\"}}",
+                if reason == DropReason::Rejected {
+                    "rejected"
+                } else {
+                    "dropped"
+                }
+            ),
+        }
+    }
+
     /// Sets the queue depth gauge.
     fn depth(&self, n: usize) {
         self.stats.queue_depth[self.index()].store(n as u64, Ordering::Relaxed);
@@ -203,7 +222,8 @@ impl Outcomes {
                         .is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
                     {
                         self.last_partial_log = Some(std::time::Instant::now());
-                        tracing::warn!(exporter = name, endpoint = %self.endpoint, rejected = accepted.rejected, message = %accepted.message, "the upstream rejected part of the {what} (partial success); dropped, counted in higgsmeter_collector_export_dropped_points_total{{reason=\"rejected\"}}, logged at most once a minute");
+                        let counted = self.counted_in(DropReason::Rejected);
+                        tracing::warn!(exporter = name, endpoint = %self.endpoint, rejected = accepted.rejected, message = %accepted.message, "the upstream rejected part of the {what} (partial success); dropped, counted in {counted}, logged at most once a minute");
                     }
                 }
                 Next::Done
@@ -212,7 +232,8 @@ impl Outcomes {
                 self.request(false);
                 self.dropped(DropReason::Refused, items);
                 if !self.refusing {
-                    tracing::warn!(exporter = name, endpoint = %self.endpoint, %error, "the upstream refused the {what}; dropped, not retried (counted in higgsmeter_collector_export_dropped_points_total{{reason=\"refused\"}}; logged again once it takes requests)");
+                    let counted = self.counted_in(DropReason::Refused);
+                    tracing::warn!(exporter = name, endpoint = %self.endpoint, %error, "the upstream refused the {what}; dropped, not retried (counted in {counted}; logged again once it takes requests)");
                     self.refusing = true;
                 }
                 Next::Done
