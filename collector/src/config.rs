@@ -47,7 +47,10 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct Extensions {
     /// `extensions.file_storage`: where the aggregation state is checkpointed.
-    /// Missing: the default directory (`higgsmeter-data` in the working directory).
+    /// Missing (or listed in `service.extensions` without a section): the default
+    /// directory (`higgsmeter-data` in the working directory). Whether state is kept
+    /// is `processors.higgsmeter.storage`'s to say, listed in `service.extensions` or
+    /// not.
     #[serde(default, deserialize_with = "null_is_default")]
     pub file_storage: Option<FileStorageConfig>,
     /// `extensions.bearertokenauth`: the token a receiver's `auth` asks for.
@@ -391,7 +394,9 @@ impl Default for RetryOnFailure {
 #[serde(deny_unknown_fields)]
 pub struct Service {
     /// `service.extensions`: the extensions that run. Missing: every configured one
-    /// (and `file_storage` on its defaults).
+    /// (and `file_storage` on its defaults). `file_storage` may be listed without a
+    /// section (its defaults); a list without it keeps the storage that
+    /// `processors.higgsmeter.storage` names (default: `file_storage`).
     #[serde(default)]
     pub extensions: Option<Vec<String>>,
     /// `service.pipelines`.
@@ -577,7 +582,10 @@ impl Plan {
         match &self.storage {
             Some(dir) => format!(
                 "aggregation state: {} (checkpoint every {:?} and on shutdown)",
-                dir.join(crate::storage::STATE_FILE).display(),
+                // Relative to the working directory: say which.
+                std::path::absolute(dir.join(crate::storage::STATE_FILE))
+                    .unwrap_or_else(|_| dir.join(crate::storage::STATE_FILE))
+                    .display(),
                 self.aggregate.checkpoint_interval
             ),
             None => "aggregation state: none (processors.higgsmeter.storage: none; a restart starts the fleet series over)".to_owned(),
@@ -721,6 +729,31 @@ mod tests {
         let plan = c.plan().unwrap();
         assert_eq!(plan.grpc.unwrap().0.port(), 0);
         assert_eq!(plan.pushes.len(), 1);
+    }
+
+    #[test]
+    fn file_storage_listed_without_a_section_uses_its_defaults() {
+        // The TLS example of otel-config/README.md, as users copy it.
+        let c = Config::from_yaml(
+            "extensions:\n  bearertokenauth:\n    token: t\nservice:\n  extensions: [file_storage, bearertokenauth]\n",
+        )
+        .unwrap();
+        let plan = c.plan().unwrap();
+        assert_eq!(plan.storage, Some(PathBuf::from("higgsmeter-data")));
+    }
+
+    #[test]
+    fn extensions_without_file_storage_keep_the_storage_key_s_choice() {
+        let base = "extensions:\n  bearertokenauth:\n    token: t\nservice:\n  extensions: [bearertokenauth]\n";
+        let plan = Config::from_yaml(base).unwrap().plan().unwrap();
+        assert_eq!(plan.storage, Some(PathBuf::from("higgsmeter-data")));
+        assert!(plan.state_summary().contains("higgsmeter-data"));
+        let with_dir = "extensions:\n  bearertokenauth:\n    token: t\n  file_storage:\n    directory: /srv/x\nservice:\n  extensions: [bearertokenauth]\n";
+        let plan = Config::from_yaml(with_dir).unwrap().plan().unwrap();
+        assert_eq!(plan.storage, Some(PathBuf::from("/srv/x")));
+        let none = format!("{base}processors:\n  higgsmeter:\n    storage: none\n");
+        let plan = Config::from_yaml(&none).unwrap().plan().unwrap();
+        assert_eq!(plan.storage, None);
     }
 
     #[test]

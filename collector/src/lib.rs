@@ -226,6 +226,8 @@ impl Collector {
     /// checkpointed aggregation state restored before any listener is bound.
     pub async fn start(plan: Plan) -> Result<RunningCollector, Error> {
         let stats = Arc::new(SelfMetrics::default());
+        // Where the state lives (or that there is none), before anything else.
+        tracing::info!("{}", plan.state_summary());
         let storage = match &plan.storage {
             Some(dir) => Some(storage::FileStorage::open(dir)?),
             None => None,
@@ -269,7 +271,18 @@ impl Collector {
         let sec = &plan.security;
         let tls = |listener, key: &str, s: &Option<config::TlsServerSettings>, alpn: &[&[u8]]| {
             s.as_ref()
-                .map(|s| tls::TlsListener::new(listener, key, s, alpn, stats.clone()).map(Arc::new))
+                .map(|s| {
+                    let l = Arc::new(tls::TlsListener::new(
+                        listener,
+                        key,
+                        s,
+                        alpn,
+                        stats.clone(),
+                    )?);
+                    // Rotated certificates are picked up without a restart.
+                    l.watch(cancel.clone());
+                    Ok::<_, Error>(l)
+                })
                 .transpose()
         };
         use self_metrics::Listener;

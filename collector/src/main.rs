@@ -69,24 +69,51 @@ fn init_logging(default: tracing::Level) {
         .try_init();
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// SIGTERM or ctrl-c, listened for from creation on: created before the startup line
+/// is printed, a signal sent right after that line stops the collector cleanly.
+struct ShutdownSignal {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignal {
+    /// Registers the handlers (inside the runtime).
+    fn new() -> ShutdownSignal {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            ShutdownSignal {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+        #[cfg(not(unix))]
+        ShutdownSignal {}
+    }
+
+    /// Waits for either signal.
+    async fn recv(self) {
+        #[cfg(unix)]
+        {
+            async fn next(s: Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            }
+            tokio::select! {
+                _ = next(self.term) => {},
+                _ = next(self.int) => {},
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
@@ -139,9 +166,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     init_logging(tracing::Level::INFO);
     runtime()?.block_on(async move {
+        let signal = ShutdownSignal::new();
         let running = Collector::start(plan).await?;
         println!("higgsmeter-collector listening {}", running.addresses());
-        shutdown_signal().await;
+        signal.recv().await;
         tracing::info!("shutting down");
         if !running.shutdown().await {
             tracing::warn!("shutdown was not clean (see above); exiting anyway");

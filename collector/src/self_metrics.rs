@@ -87,6 +87,53 @@ impl SpanOutcome {
     }
 }
 
+/// Why an exporter dropped points (the `reason` label of
+/// `higgsmeter_collector_export_dropped_points_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DropReason {
+    /// The bounded queue was full (the upstream down or slow): the oldest reading went.
+    QueueFull,
+    /// The upstream refused the request for good (a 4xx other than 408/429,
+    /// `INVALID_ARGUMENT`, ...); never retried.
+    Refused,
+    /// The upstream took the request but rejected these points (OTLP partial success).
+    Rejected,
+    /// The final flush on shutdown did not go through.
+    Shutdown,
+    /// The points could not be encoded (never expected).
+    Encode,
+}
+
+impl DropReason {
+    pub(crate) const COUNT: usize = 5;
+    pub(crate) const ALL: [DropReason; DropReason::COUNT] = [
+        DropReason::QueueFull,
+        DropReason::Refused,
+        DropReason::Rejected,
+        DropReason::Shutdown,
+        DropReason::Encode,
+    ];
+
+    /// The `reason` label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            DropReason::QueueFull => "queue_full",
+            DropReason::Refused => "refused",
+            DropReason::Rejected => "rejected",
+            DropReason::Shutdown => "shutdown",
+            DropReason::Encode => "encode",
+        }
+    }
+}
+
+/// `higgsmeter_collector_export_dropped_points_total` with its `reason` label (the
+/// catalog's family lists `exporter` only; this one adds why).
+pub(crate) const EXPORT_DROPPED: higgsmeter_catalog::Family = higgsmeter_catalog::Family {
+    help: "Points of export requests dropped, by exporter and reason (queue_full: the export queue was full; refused: the upstream refused the request for good; rejected: the upstream's partial success; shutdown: the final flush failed; encode)",
+    labels: &["exporter", "reason"],
+    ..higgsmeter_catalog::COLLECTOR_EXPORT_DROPPED
+};
+
 /// A listener that can be TLS-only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Listener {
@@ -147,7 +194,8 @@ pub(crate) struct SelfMetrics {
     pub(crate) exports_ok: [AtomicU64; ExporterKind::COUNT],
     pub(crate) exports_failed: [AtomicU64; ExporterKind::COUNT],
     pub(crate) queue_depth: [AtomicU64; ExporterKind::COUNT],
-    pub(crate) export_dropped: [AtomicU64; ExporterKind::COUNT],
+    /// Points dropped, per exporter and [`DropReason`].
+    pub(crate) export_dropped: [[AtomicU64; DropReason::COUNT]; ExporterKind::COUNT],
     /// Checkpoint writes: `[ok, failed]`.
     pub(crate) checkpoints: [AtomicU64; 2],
     /// Connections refused at a receiver's `max_connections`, per transport.

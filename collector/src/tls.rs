@@ -3,13 +3,15 @@
 //! names, their checks (`--check-config` runs them: files readable, PEM parseable, key
 //! matching certificate, certificate in its validity period), the server side (a
 //! handshake per accepted connection, failures logged at most once a minute and
-//! counted) and the client side (a connector for the upstream exporters).
+//! counted; the certificate, key and client CA re-read when their files change, a
+//! broken new set keeping the old one) and the client side (a connector for the
+//! upstream exporters).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant, SystemTime};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
@@ -19,6 +21,7 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, S
 use rustls_pki_types::pem::PemObject as _;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::self_metrics::{Listener, SelfMetrics};
@@ -29,7 +32,9 @@ use crate::self_metrics::{Listener, SelfMetrics};
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsServerSettings {
-    /// The server's certificate chain, PEM (leaf first).
+    /// The server's certificate chain, PEM (leaf first). Re-read within a second of a
+    /// change (with `key_file` and `client_ca_file`): a rotated certificate needs no
+    /// restart; files that do not load keep the previous ones (logged).
     pub cert_file: PathBuf,
     /// The certificate's private key, PEM (PKCS#8, PKCS#1 or SEC1).
     pub key_file: PathBuf,
@@ -329,7 +334,11 @@ impl ServerCertVerifier for SkipVerify {
 /// logged at most once a minute (a plaintext client on a TLS port, an untrusted
 /// client certificate, a port scanner).
 pub(crate) struct TlsListener {
-    acceptor: tokio_rustls::TlsAcceptor,
+    /// The config handshakes use now; swapped when its files change.
+    config: RwLock<Arc<ServerConfig>>,
+    /// What it was built from (re-read when the files change).
+    settings: TlsServerSettings,
+    alpn: Vec<Vec<u8>>,
     /// The listener, in logs and the self-metric.
     listener: Listener,
     /// What the config calls it, in logs.
@@ -358,7 +367,9 @@ impl TlsListener {
         stats: Arc<SelfMetrics>,
     ) -> Result<TlsListener, Error> {
         Ok(TlsListener {
-            acceptor: tokio_rustls::TlsAcceptor::from(server_config(key, s, alpn)?),
+            config: RwLock::new(server_config(key, s, alpn)?),
+            settings: s.clone(),
+            alpn: alpn.iter().map(|p| p.to_vec()).collect(),
             listener,
             key: key.to_owned(),
             stats,
@@ -377,7 +388,13 @@ impl TlsListener {
     where
         IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     {
-        let error = match tokio::time::timeout(timeout, self.acceptor.accept(io)).await {
+        let acceptor = tokio_rustls::TlsAcceptor::from(
+            self.config
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        );
+        let error = match tokio::time::timeout(timeout, acceptor.accept(io)).await {
             Ok(Ok(stream)) => return Some(stream),
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no handshake within {timeout:?}"),
@@ -398,6 +415,86 @@ impl TlsListener {
             self.unlogged.fetch_add(1, Ordering::Relaxed);
         }
         None
+    }
+}
+
+impl TlsListener {
+    /// Re-reads the certificate, key and client CA files within a second of a change
+    /// (as the token file is), until `cancel`: new handshakes use the new files once
+    /// they load and check (key matching certificate, in date); files that do not
+    /// (half-written mid-rotation, mismatched, expired) keep the previous ones, with a
+    /// warning saying why, once per change.
+    pub(crate) fn watch(self: &Arc<Self>, cancel: CancellationToken) {
+        tokio::spawn(watch(Arc::downgrade(self), cancel));
+    }
+
+    fn files(&self) -> Vec<PathBuf> {
+        let s = &self.settings;
+        [
+            Some(&s.cert_file),
+            Some(&s.key_file),
+            s.client_ca_file.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect()
+    }
+
+    /// The files' modification times and lengths, to notice a change.
+    fn stamps(&self) -> Vec<Option<(SystemTime, u64)>> {
+        self.files()
+            .iter()
+            .map(|f| {
+                let meta = std::fs::metadata(f).ok()?;
+                Some((meta.modified().ok()?, meta.len()))
+            })
+            .collect()
+    }
+
+    /// Builds a config from the files as they are now and swaps it in.
+    fn reload(&self) -> Result<(), Error> {
+        let alpn: Vec<&[u8]> = self.alpn.iter().map(Vec::as_slice).collect();
+        let config = server_config(&self.key, &self.settings, &alpn)?;
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = config;
+        Ok(())
+    }
+}
+
+async fn watch(listener: std::sync::Weak<TlsListener>, cancel: CancellationToken) {
+    let Some(mut last) = listener.upgrade().map(|l| l.stamps()) else {
+        return;
+    };
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let Some(l) = listener.upgrade() else { return };
+        let now = l.stamps();
+        if now == last {
+            continue;
+        }
+        last = now;
+        let reloading = l.clone();
+        let result = tokio::task::spawn_blocking(move || reloading.reload())
+            .await
+            .unwrap_or_else(|e| Err(config_error(&l.key, format!("reloading failed: {e}"))));
+        match result {
+            Ok(()) => tracing::info!(
+                listener = l.listener.as_str(),
+                "reloaded the TLS certificate and key of {} (new handshakes use them)",
+                l.key
+            ),
+            Err(e) => tracing::warn!(
+                listener = l.listener.as_str(),
+                error = %e,
+                "keeping the previous TLS certificate of {}: its files changed but do not load (retried at their next change)",
+                l.key
+            ),
+        }
     }
 }
 

@@ -215,7 +215,8 @@ impl Config {
         if let Some(list) = &self.service.extensions {
             for (i, name) in list.iter().enumerate() {
                 let configured = match name.as_str() {
-                    "file_storage" => self.extensions.file_storage.is_some(),
+                    // Listed without a section: on with its defaults, as upstream.
+                    "file_storage" => true,
                     "bearertokenauth" => self.extensions.bearertokenauth.is_some(),
                     _ => {
                         return Err(config_error(
@@ -326,15 +327,11 @@ impl Config {
             agg.validate().map_err(|(p, m)| config_error(p, m))?;
             plan.aggregate = agg.clone();
         }
+        // `processors.higgsmeter.storage` decides, whether or not `service.extensions`
+        // lists `file_storage` (an upstream-shaped list names only the extensions it
+        // configures): the state lives in `extensions.file_storage.directory`, or its
+        // default, and the start log and `--check-config` say where.
         if plan.aggregate.storage == "file_storage" {
-            if let Some(list) = &self.service.extensions
-                && !list.iter().any(|e| e == "file_storage")
-            {
-                return Err(config_error(
-                    "processors.higgsmeter.storage",
-                    "`file_storage` is not listed in service.extensions: list it there, or write `storage: none`",
-                ));
-            }
             let dir = self
                 .extensions
                 .file_storage

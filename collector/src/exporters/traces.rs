@@ -9,9 +9,11 @@
 //! - **Bounded**: each exporter holds at most `sending_queue.traces_queue_mib` of
 //!   spans; a request that does not fit is refused with a retryable status
 //!   (`UNAVAILABLE` / 503) so the sender retries: nothing is dropped for room.
-//! - **Retried** with exponential backoff (`retry_on_failure`) while the upstream is
-//!   unreachable or answers a retryable status; a batch the upstream refuses outright
-//!   (e.g. `INVALID_ARGUMENT`, HTTP 400) is dropped and counted.
+//! - **Retried** with exponential backoff (`retry_on_failure`, or the upstream's
+//!   `Retry-After` / `RetryInfo`) while the upstream is unreachable or answers a
+//!   retryable status; a batch the upstream refuses outright (e.g. `INVALID_ARGUMENT`,
+//!   HTTP 400) is dropped and counted (`outcome="dropped"`). The push driver
+//!   (`push.rs`) decides which is which, as for every exporter.
 //! - **Partial success** from the upstream is logged (at most once a minute) and its
 //!   rejected spans counted (`outcome="rejected"`).
 //! - On shutdown what is queued is sent within the exporters' share of
@@ -21,19 +23,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::{Buf as _, BufMut as _, Bytes, BytesMut};
-use http_body_util::{BodyExt as _, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
-use prost::Message as _;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tonic::codec::CompressionEncoding;
 
-use super::connect::Connector;
-use crate::config::{Compression, OtlpExporter, PushProtocol};
+use super::push::{self, Backoff, Outcomes, Signal};
+use crate::config::{OtlpExporter, PushProtocol};
 use crate::self_metrics::{ExporterKind, SelfMetrics, SpanOutcome};
 
 /// A batch is sent once it holds this many bytes.
@@ -208,10 +204,7 @@ pub(crate) fn start(
     let mut queues = Vec::new();
     let mut tasks = Vec::new();
     for (protocol, cfg) in exporters {
-        let kind = match protocol {
-            PushProtocol::Grpc => ExporterKind::Grpc,
-            PushProtocol::Http => ExporterKind::Http,
-        };
+        let kind = super::otlp::kind(protocol);
         let capacity = usize::try_from(cfg.sending_queue.traces_queue_mib.saturating_mul(1 << 20))
             .unwrap_or(usize::MAX)
             .min(Semaphore::MAX_PERMITS)
@@ -236,215 +229,6 @@ pub(crate) fn start(
     (Arc::new(TraceForwarder { queues, stats }), tasks)
 }
 
-enum Sender {
-    Grpc {
-        grpc: tonic::client::Grpc<tonic::transport::Channel>,
-        metadata: tonic::metadata::MetadataMap,
-    },
-    Http {
-        client: Box<Client<Connector, Full<Bytes>>>,
-        url: http::Uri,
-        gzip: bool,
-        headers: http::HeaderMap,
-    },
-}
-
-/// Passes request bytes through; decodes the upstream's response.
-#[derive(Clone, Copy)]
-struct RawCodec;
-struct RawEncoder;
-struct ResponseDecoder;
-
-impl tonic::codec::Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = ExportTraceServiceResponse;
-    type Encoder = RawEncoder;
-    type Decoder = ResponseDecoder;
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-    fn decoder(&mut self) -> ResponseDecoder {
-        ResponseDecoder
-    }
-}
-
-impl tonic::codec::Encoder for RawEncoder {
-    type Item = Bytes;
-    type Error = tonic::Status;
-    fn encode(
-        &mut self,
-        item: Bytes,
-        dst: &mut tonic::codec::EncodeBuf<'_>,
-    ) -> Result<(), tonic::Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl tonic::codec::Decoder for ResponseDecoder {
-    type Item = ExportTraceServiceResponse;
-    type Error = tonic::Status;
-    fn decode(
-        &mut self,
-        src: &mut tonic::codec::DecodeBuf<'_>,
-    ) -> Result<Option<ExportTraceServiceResponse>, tonic::Status> {
-        let bytes = src.copy_to_bytes(src.remaining());
-        ExportTraceServiceResponse::decode(bytes)
-            .map(Some)
-            .map_err(|e| tonic::Status::internal(format!("decoding the upstream's response: {e}")))
-    }
-}
-
-/// How one send went.
-enum Sent {
-    /// Accepted; the upstream rejected this many spans (partial success) with a message.
-    Ok(u64, String),
-    /// Worth trying again (unreachable, timed out, `UNAVAILABLE`, 429, 5xx).
-    Retry(String),
-    /// Refused outright: dropped.
-    Drop(String),
-}
-
-impl Sender {
-    fn new(protocol: PushProtocol, cfg: &OtlpExporter) -> Result<Sender, String> {
-        let connector = super::otlp::connector(protocol, cfg)?;
-        match protocol {
-            PushProtocol::Grpc => {
-                let (endpoint, metadata) = super::otlp::grpc_endpoint(cfg)?;
-                let channel = endpoint.connect_with_connector_lazy(connector);
-                let grpc = tonic::client::Grpc::new(channel);
-                let grpc = if cfg.compression == Compression::Gzip {
-                    grpc.send_compressed(CompressionEncoding::Gzip)
-                } else {
-                    grpc
-                }
-                .accept_compressed(CompressionEncoding::Gzip);
-                Ok(Sender::Grpc { grpc, metadata })
-            }
-            PushProtocol::Http => {
-                let url = match &cfg.traces_endpoint {
-                    Some(u) => u
-                        .parse::<http::Uri>()
-                        .map_err(|e| format!("bad traces endpoint {u}: {e}"))?,
-                    None => super::otlp::signal_url(&cfg.endpoint, "traces")?,
-                };
-                Ok(Sender::Http {
-                    client: Box::new(Client::builder(TokioExecutor::new()).build(connector)),
-                    url,
-                    gzip: cfg.compression == Compression::Gzip,
-                    headers: super::otlp::header_map(cfg)?,
-                })
-            }
-        }
-    }
-
-    async fn send(&mut self, batch: Bytes, timeout: Duration) -> Sent {
-        match self {
-            Sender::Grpc { grpc, metadata } => {
-                let call = async {
-                    grpc.ready()
-                        .await
-                        .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-                    let mut request = tonic::Request::new(batch);
-                    *request.metadata_mut() = metadata.clone();
-                    grpc.unary(
-                        request,
-                        http::uri::PathAndQuery::from_static(EXPORT_PATH),
-                        RawCodec,
-                    )
-                    .await
-                };
-                match tokio::time::timeout(timeout, call).await {
-                    Err(_) => Sent::Retry("timed out".to_owned()),
-                    Ok(Ok(response)) => partial(response.get_ref()),
-                    Ok(Err(status)) => {
-                        let text = format!("{}: {}", status.code(), status.message());
-                        match status.code() {
-                            tonic::Code::Unavailable
-                            | tonic::Code::ResourceExhausted
-                            | tonic::Code::DeadlineExceeded
-                            | tonic::Code::Aborted
-                            | tonic::Code::Cancelled
-                            | tonic::Code::Unknown
-                            | tonic::Code::Internal => Sent::Retry(text),
-                            _ => Sent::Drop(text),
-                        }
-                    }
-                }
-            }
-            Sender::Http {
-                client,
-                url,
-                gzip,
-                headers,
-            } => {
-                let request = match super::otlp::protobuf_post(url, headers, *gzip, batch) {
-                    Ok(r) => r,
-                    Err(e) => return Sent::Drop(e),
-                };
-                let call = async {
-                    let response = client.request(request).await.map_err(|e| e.to_string())?;
-                    let status = response.status();
-                    let body = response
-                        .into_body()
-                        .collect()
-                        .await
-                        .map(|b| b.to_bytes())
-                        .unwrap_or_default();
-                    Ok::<_, String>((status, body))
-                };
-                match tokio::time::timeout(timeout, call).await {
-                    Err(_) => Sent::Retry("timed out".to_owned()),
-                    Ok(Err(e)) => Sent::Retry(e),
-                    Ok(Ok((status, body))) if status.is_success() => {
-                        partial(&ExportTraceServiceResponse::decode(body).unwrap_or_default())
-                    }
-                    Ok(Ok((status, body))) => {
-                        let text = format!(
-                            "HTTP {status}: {}",
-                            String::from_utf8_lossy(&body)
-                                .chars()
-                                .take(200)
-                                .collect::<String>()
-                        );
-                        if status.as_u16() == 429 || status.is_server_error() {
-                            Sent::Retry(text)
-                        } else {
-                            Sent::Drop(text)
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-fn partial(response: &ExportTraceServiceResponse) -> Sent {
-    match &response.partial_success {
-        Some(p) if p.rejected_spans > 0 => Sent::Ok(
-            u64::try_from(p.rejected_spans).unwrap_or(0),
-            p.error_message.clone(),
-        ),
-        _ => Sent::Ok(0, String::new()),
-    }
-}
-
-/// Logs at most once a minute.
-struct RateLimited(Option<std::time::Instant>);
-
-impl RateLimited {
-    fn ready(&mut self) -> bool {
-        if self
-            .0
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
-        {
-            self.0 = Some(std::time::Instant::now());
-            return true;
-        }
-        false
-    }
-}
-
 async fn run(
     protocol: PushProtocol,
     cfg: OtlpExporter,
@@ -453,23 +237,23 @@ async fn run(
     stats: Arc<SelfMetrics>,
     cancel: CancellationToken,
 ) {
-    let kind = match protocol {
-        PushProtocol::Grpc => ExporterKind::Grpc,
-        PushProtocol::Http => ExporterKind::Http,
-    };
-    let count = |outcome: SpanOutcome, n: u64| {
-        stats.spans_exported[kind as usize][outcome as usize].fetch_add(n, Ordering::Relaxed);
-    };
-    let mut sender = match Sender::new(protocol, &cfg) {
-        Ok(s) => s,
+    let kind = super::otlp::kind(protocol);
+    let client = super::otlp::client(protocol, &cfg, EXPORT_PATH, || match &cfg.traces_endpoint {
+        Some(u) => u
+            .parse::<http::Uri>()
+            .map_err(|e| format!("bad traces endpoint {u}: {e}")),
+        None => super::otlp::signal_url(&cfg.endpoint, "traces"),
+    });
+    let client = match client {
+        Ok(c) => c,
         Err(e) => {
             tracing::error!(exporter = kind.as_str(), error = %e, "cannot start the traces exporter; traces are refused");
             room.close();
             return;
         }
     };
-    let mut log_failure = RateLimited(None);
-    let mut log_partial = RateLimited(None);
+    let mut outcomes = Outcomes::new(kind, Signal::Traces, &cfg.endpoint, stats.clone());
+    let mut backoff = Backoff::new(&cfg.retry_on_failure);
     let mut stopping = false;
     loop {
         // Gather one batch: up to BATCH_BYTES, or BATCH_WAIT after its first request.
@@ -505,33 +289,19 @@ async fn run(
             };
         }
         let batch = batch.freeze();
-        let mut backoff = cfg.retry_on_failure.initial_interval;
-        loop {
-            match sender.send(batch.clone(), cfg.timeout).await {
-                Sent::Ok(rejected, message) => {
-                    count(SpanOutcome::Ok, spans.saturating_sub(rejected));
-                    if rejected > 0 {
-                        count(SpanOutcome::Rejected, rejected);
-                        if log_partial.ready() {
-                            tracing::warn!(exporter = kind.as_str(), rejected, %message, "the traces upstream rejected some spans (partial success; counted in higgsmeter_collector_spans_exported_total{{outcome=\"rejected\"}})");
-                        }
-                    }
-                    break;
-                }
-                Sent::Drop(e) => {
-                    count(SpanOutcome::Dropped, spans);
-                    tracing::warn!(exporter = kind.as_str(), spans, error = %e, "the traces upstream refused a batch; dropped (counted)");
-                    break;
-                }
-                Sent::Retry(e) => {
-                    if log_failure.ready() {
-                        tracing::warn!(exporter = kind.as_str(), endpoint = %cfg.endpoint, error = %e, "traces push failed; retrying with backoff (senders are told to retry once the queue is full)");
-                    }
-                    // Past the cancel, the caller's deadline bounds the retries.
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(cfg.retry_on_failure.max_interval);
-                }
-            }
+        // Retried until taken or refused; past the cancel, the caller's deadline
+        // bounds the retries. A refusal or a partial success is counted by `outcomes`.
+        let sent = push::deliver(
+            || client.export(batch.clone()),
+            spans,
+            "spans",
+            &mut backoff,
+            &mut outcomes,
+        )
+        .await;
+        if let Ok(accepted) = sent {
+            stats.spans_exported[kind as usize][SpanOutcome::Ok as usize]
+                .fetch_add(spans.saturating_sub(accepted.rejected), Ordering::Relaxed);
         }
         stats.spans_queued[kind as usize].fetch_sub(spans, Ordering::Relaxed);
         drop(held);

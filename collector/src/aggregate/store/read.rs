@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use higgsmeter_catalog::{
-    COLLECTOR_CHECKPOINTS, COLLECTOR_CONNECTIONS_REFUSED, COLLECTOR_EXPORT_DROPPED,
-    COLLECTOR_EXPORT_QUEUE_DEPTH, COLLECTOR_EXPORTS, COLLECTOR_POINTS_RECEIVED,
-    COLLECTOR_POINTS_REFUSED, COLLECTOR_REQUESTS, COLLECTOR_REQUESTS_REFUSED, COLLECTOR_SERIES,
-    COLLECTOR_SOURCES, COLLECTOR_SPANS_EXPORTED, COLLECTOR_SPANS_RECEIVED,
-    COLLECTOR_TLS_HANDSHAKES_FAILED, Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
+    COLLECTOR_CHECKPOINTS, COLLECTOR_CONNECTIONS_REFUSED, COLLECTOR_EXPORT_QUEUE_DEPTH,
+    COLLECTOR_EXPORTS, COLLECTOR_POINTS_RECEIVED, COLLECTOR_POINTS_REFUSED, COLLECTOR_REQUESTS,
+    COLLECTOR_REQUESTS_REFUSED, COLLECTOR_SERIES, COLLECTOR_SOURCES, COLLECTOR_SPANS_EXPORTED,
+    COLLECTOR_SPANS_RECEIVED, COLLECTOR_TLS_HANDSHAKES_FAILED, Family, WORKER_CURRENT_STATE,
+    WORKER_SOURCES_IN_STATE,
 };
 
 use super::super::cluster::{ClusterReading, SourceReading, rank_order};
@@ -20,7 +20,8 @@ use super::super::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row
 use super::super::{MetricKind, RefusalReason, View};
 use super::{FleetRead, Store, TARGET_INFO, Value, value_string};
 use crate::self_metrics::{
-    ExporterKind, Listener, RequestRefusal, SelfMetrics, SpanOutcome, Transport,
+    DropReason, EXPORT_DROPPED, ExporterKind, Listener, RequestRefusal, SelfMetrics, SpanOutcome,
+    Transport,
 };
 
 /// One row of a view, before liveness and value checks.
@@ -276,9 +277,14 @@ const SELF_FAMILIES: &[(&Family, ReadSamples)] = &[
             emit(&[t.as_str()], get(&s.connections_refused[t as usize]));
         }
     }),
-    (&COLLECTOR_EXPORT_DROPPED, |s, _, _, emit| {
+    (&EXPORT_DROPPED, |s, _, _, emit| {
         for e in ExporterKind::ALL {
-            emit(&[e.as_str()], get(&s.export_dropped[e as usize]));
+            for r in DropReason::ALL {
+                emit(
+                    &[e.as_str(), r.as_str()],
+                    get(&s.export_dropped[e as usize][r as usize]),
+                );
+            }
         }
     }),
     (&COLLECTOR_EXPORT_QUEUE_DEPTH, |s, _, _, emit| {

@@ -1,5 +1,7 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
@@ -10,12 +12,12 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 
-use super::encode::parse_labels;
+use super::encode::{Batch, parse_labels};
 use super::prompb::WriteRequest;
 use super::*;
 use crate::aggregate::AggregateConfig;
 use crate::config::{Headers, RetryOnFailure, SendingQueue};
-use crate::self_metrics::Transport;
+use crate::self_metrics::{DropReason, ExporterKind, SelfMetrics, Transport};
 
 fn kv(k: &str, v: &str) -> KeyValue {
     KeyValue {
@@ -344,7 +346,10 @@ async fn retries_5xx_and_429_drops_other_4xx_and_flushes_on_shutdown() {
             .timeseries
             .len() as u64
     };
-    assert_eq!(get(&stats.export_dropped[i]), samples);
+    assert_eq!(
+        get(&stats.export_dropped[i][DropReason::Refused as usize]),
+        samples
+    );
     assert_eq!(get(&stats.exports_ok[i]) as usize, requests.len() - 4);
     // The first three requests are one retried request.
     assert_eq!(requests[0].1, requests[1].1);
@@ -384,7 +389,7 @@ async fn an_unreachable_receiver_fills_the_queue_and_drops_are_counted() {
     let i = ExporterKind::RemoteWrite as usize;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while get(&stats.export_dropped[i]) == 0 {
+    while get(&stats.export_dropped[i][DropReason::QueueFull as usize]) == 0 {
         assert!(Instant::now() < deadline, "nothing dropped");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
