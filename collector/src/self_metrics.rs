@@ -126,13 +126,9 @@ impl DropReason {
     }
 }
 
-/// `higgsmeter_collector_export_dropped_points_total` with its `reason` label (the
-/// catalog's family lists `exporter` only; this one adds why).
-pub(crate) const EXPORT_DROPPED: higgsmeter_catalog::Family = higgsmeter_catalog::Family {
-    help: "Points of export requests dropped, by exporter and reason (queue_full: the export queue was full; refused: the upstream refused the request for good; rejected: the upstream's partial success; shutdown: the final flush failed; encode)",
-    labels: &["exporter", "reason"],
-    ..higgsmeter_catalog::COLLECTOR_EXPORT_DROPPED
-};
+/// `higgsmeter_collector_export_dropped_points_total`, by exporter and reason.
+pub(crate) const EXPORT_DROPPED: higgsmeter_catalog::Family =
+    higgsmeter_catalog::COLLECTOR_EXPORT_DROPPED;
 
 /// A listener that can be TLS-only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -126,15 +126,17 @@ pub const COLLECTOR_EXPORT_QUEUE_DEPTH: Family = Family {
 };
 
 /// `higgsmeter_collector_export_dropped_points_total` (counter): points (remote
-/// write: samples) of export requests dropped because the queue was full (the
-/// upstream down or slow) or, for remote write, refused by the receiver (a 4xx other
-/// than 429), by exporter.
+/// write: samples) of export requests dropped, by exporter and reason: `queue_full`
+/// (the export queue was full: the upstream down or slow), `refused` (the upstream
+/// refused the request for good: a 4xx other than 408/429, a permanent gRPC status),
+/// `rejected` (the rejected part of an OTLP partial success), `shutdown` (the final
+/// flush failed), `encode`.
 pub const COLLECTOR_EXPORT_DROPPED: Family = Family {
     name: "higgsmeter_collector_export_dropped_points_total",
     kind: Kind::Counter,
-    help: "Points of export requests dropped because the export queue was full or the receiver refused them, by exporter",
+    help: "Points of export requests dropped, by exporter and reason (queue_full: the export queue was full; refused: the upstream refused the request for good; rejected: the upstream's partial success; shutdown: the final flush failed; encode)",
     unit: "{point}",
-    labels: &["exporter"],
+    labels: &["exporter", "reason"],
     buckets: &[],
 };
 
