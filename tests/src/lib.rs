@@ -8,8 +8,12 @@
 //!   (Debian's `/usr/bin/prometheus`) on ephemeral ports with temporary storage.
 //! - [`http_get`] and [`PromClient`]: a minimal HTTP/1.0 client and the Prometheus
 //!   query API on top of it.
+//! - [`rules`]: the rule files' two flavours (scrape, remote write), rendered from one
+//!   source.
 //!
 //! Every wait is bounded in count and in time; nothing asserts timings.
+
+pub mod rules;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
