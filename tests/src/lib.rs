@@ -443,6 +443,16 @@ impl Prometheus {
     /// Writes `config` (a prometheus.yml) into `dir` and starts `/usr/bin/prometheus`
     /// (or `$PROMETHEUS`) on a free port, waiting until `/-/ready` answers 200.
     pub fn start(dir: &Path, config: &str) -> anyhow::Result<Prometheus> {
+        Prometheus::start_with_flags(dir, config, &[])
+    }
+
+    /// [`Prometheus::start`] with extra command-line flags, e.g.
+    /// `--web.enable-remote-write-receiver`.
+    pub fn start_with_flags(
+        dir: &Path,
+        config: &str,
+        flags: &[&str],
+    ) -> anyhow::Result<Prometheus> {
         let binary = std::env::var_os("PROMETHEUS").unwrap_or_else(|| "/usr/bin/prometheus".into());
         std::fs::create_dir_all(dir)?;
         let config_path = dir.join("prometheus.yml");
@@ -462,6 +472,7 @@ impl Prometheus {
                     ))
                     .arg(format!("--web.listen-address={addr}"))
                     .arg("--log.level=warn")
+                    .args(flags)
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(log),
