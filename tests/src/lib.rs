@@ -8,8 +8,12 @@
 //!   (Debian's `/usr/bin/prometheus`) on ephemeral ports with temporary storage.
 //! - [`http_get`] and [`PromClient`]: a minimal HTTP/1.0 client and the Prometheus
 //!   query API on top of it.
+//! - [`rules`]: the rule files' two flavours (scrape, remote write), rendered from one
+//!   source.
 //!
 //! Every wait is bounded in count and in time; nothing asserts timings.
+
+pub mod rules;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
@@ -439,6 +443,16 @@ impl Prometheus {
     /// Writes `config` (a prometheus.yml) into `dir` and starts `/usr/bin/prometheus`
     /// (or `$PROMETHEUS`) on a free port, waiting until `/-/ready` answers 200.
     pub fn start(dir: &Path, config: &str) -> anyhow::Result<Prometheus> {
+        Prometheus::start_with_flags(dir, config, &[])
+    }
+
+    /// [`Prometheus::start`] with extra command-line flags, e.g.
+    /// `--web.enable-remote-write-receiver`.
+    pub fn start_with_flags(
+        dir: &Path,
+        config: &str,
+        flags: &[&str],
+    ) -> anyhow::Result<Prometheus> {
         let binary = std::env::var_os("PROMETHEUS").unwrap_or_else(|| "/usr/bin/prometheus".into());
         std::fs::create_dir_all(dir)?;
         let config_path = dir.join("prometheus.yml");
@@ -458,6 +472,7 @@ impl Prometheus {
                     ))
                     .arg(format!("--web.listen-address={addr}"))
                     .arg("--log.level=warn")
+                    .args(flags)
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(log),

@@ -34,16 +34,23 @@ fn selectors(text: &str) -> Vec<(String, String)> {
 }
 
 fn assert_views_named(path: &str) {
+    assert_views_named_by(path, "job=");
+}
+
+/// Every selector of a catalog family in `path` has a matcher on `label` (`job=` for
+/// scraped data, where the scrape job is the view; `higgsmeter_view=` for
+/// remote-written data).
+fn assert_views_named_by(path: &str, label: &str) {
     let text = read(path);
     let found = selectors(&text);
     assert!(found.len() >= 5, "{path}: only {found:?}");
     let bare: Vec<_> = found
         .iter()
-        .filter(|(_, matchers)| !matchers.contains("job=") && !matchers.contains("job=~"))
+        .filter(|(_, matchers)| !matchers.contains(label))
         .collect();
     assert!(
         bare.is_empty(),
-        "{path}: selectors without a job matcher: {bare:?}"
+        "{path}: selectors without a {label} matcher: {bare:?}"
     );
 }
 
@@ -51,6 +58,14 @@ fn assert_views_named(path: &str) {
 fn rules_name_the_view_in_every_selector() {
     assert_views_named("otel-config/rules/higgsmeter.rules.yml");
     assert_views_named("otel-config/rules/higgsmeter.alerts.yml");
+    assert_views_named_by(
+        "otel-config/rules/remote-write/higgsmeter.rules.yml",
+        "higgsmeter_view=",
+    );
+    assert_views_named_by(
+        "otel-config/rules/remote-write/higgsmeter.alerts.yml",
+        "higgsmeter_view=",
+    );
 }
 
 #[test]

@@ -72,6 +72,10 @@ impl Outcome {
 
 pub(crate) struct Metric {
     otel_name: String,
+    /// Other OpenTelemetry names merged into this family: they map to the same
+    /// Prometheus name with the same kind and a compatible unit (ADR 0012). A name's
+    /// index here plus one is its [`NameIx`]; `otel_name` is 0.
+    aliases: Vec<String>,
     prom_name: String,
     kind: MetricKind,
     help: String,
@@ -130,6 +134,9 @@ pub(crate) enum Value {
 pub(crate) struct Series {
     source: u32,
     metric: u32,
+    /// Which of its metric's OpenTelemetry names created it (ADR 0012): points of the
+    /// same source and attributes under another name of the family are refused.
+    name: NameIx,
     fleet: u32,
     hash: u64,
     /// Shared, so a checkpoint copies it by reference under the lock.
@@ -273,7 +280,8 @@ pub(crate) struct Store {
     stale_after: u64,
     forget_after: u64,
     metrics: Vec<Metric>,
-    metric_by_name: HashMap<String, u32>,
+    /// Every OpenTelemetry name received: its metric and which of its names it is.
+    metric_by_name: HashMap<String, (u32, NameIx)>,
     prom_names: HashMap<String, u32>,
     sources: Vec<Option<Source>>,
     free_sources: Vec<u32>,
@@ -300,6 +308,17 @@ pub(crate) struct Store {
     /// views wait for them.
     awaiting: usize,
     hold_until: u64,
+}
+
+/// Which of a metric's OpenTelemetry names (0: the first, `otel_name`; `i + 1`:
+/// `aliases[i]`).
+pub(crate) type NameIx = u16;
+
+/// Whether a metric of unit `b` may join a family of unit `a` that has the same
+/// Prometheus name and kind: the same unit, or either side without one (its name, being
+/// the same Prometheus name, already ends in the unit's suffix). ADR 0012.
+fn units_merge(a: &str, b: &str) -> bool {
+    a == b || a.is_empty() || b.is_empty()
 }
 
 fn family_kind_matches(family: &Family, kind: MetricKind) -> bool {
@@ -463,8 +482,8 @@ impl Store {
         &self,
         m: &MetricRef<'_>,
         kind: MetricKind,
-    ) -> Option<Result<u32, (RefusalReason, String)>> {
-        let &id = self.metric_by_name.get(m.name)?;
+    ) -> Option<Result<(u32, NameIx), (RefusalReason, String)>> {
+        let &(id, name) = self.metric_by_name.get(m.name)?;
         let metric = &self.metrics[id as usize];
         if metric.kind != kind {
             return Some(Err((
@@ -477,14 +496,17 @@ impl Store {
                 ),
             )));
         }
-        Some(Ok(id))
+        Some(Ok((id, name)))
     }
 
+    /// The metric `m` belongs to, and which of its names it is: a known name's, a new
+    /// family, or (ADR 0012) the family of another name that maps to the same
+    /// Prometheus name with the same kind and a compatible unit.
     pub(crate) fn metric_id(
         &mut self,
         m: &MetricRef<'_>,
         kind: MetricKind,
-    ) -> Result<u32, (RefusalReason, String)> {
+    ) -> Result<(u32, NameIx), (RefusalReason, String)> {
         if let Some(found) = self.find_metric(m, kind) {
             return found;
         }
@@ -518,11 +540,26 @@ impl Store {
             ));
         }
         if let Some(&other) = self.prom_names.get(&prom_name) {
+            let family = &mut self.metrics[other as usize];
+            if family.kind == kind
+                && units_merge(&family.unit, m.unit)
+                && family.aliases.len() < usize::from(NameIx::MAX)
+            {
+                family.aliases.push(m.name.to_owned());
+                let name = family.aliases.len() as NameIx;
+                self.metric_by_name.insert(m.name.to_owned(), (other, name));
+                return Ok((other, name));
+            }
             return Err((
                 RefusalReason::TypeConflict,
                 format!(
-                    "metric `{}` would be exported as `{prom_name}`, which metric `{}` already uses",
-                    m.name, self.metrics[other as usize].otel_name
+                    "metric `{}` ({} `{}`) would be exported as `{prom_name}`, which metric `{}` ({} `{}`) already uses",
+                    m.name,
+                    kind.as_str(),
+                    m.unit,
+                    self.metrics[other as usize].otel_name,
+                    self.metrics[other as usize].kind.as_str(),
+                    self.metrics[other as usize].unit
                 ),
             ));
         }
@@ -545,6 +582,7 @@ impl Store {
         let id = self.metrics.len() as u32;
         self.metrics.push(Metric {
             otel_name: m.name.to_owned(),
+            aliases: Vec::new(),
             prom_name: prom_name.clone(),
             kind,
             help,
@@ -552,9 +590,39 @@ impl Store {
             gauge_agg,
             series: 0,
         });
-        self.metric_by_name.insert(m.name.to_owned(), id);
+        self.metric_by_name.insert(m.name.to_owned(), (id, 0));
         self.prom_names.insert(prom_name, id);
-        Ok(id)
+        Ok((id, 0))
+    }
+
+    /// `Err` with the refusal when series `id` was created by another of its metric's
+    /// names than `name` (ADR 0012): one source sending the same series under two
+    /// names of one family would interleave two cumulative streams.
+    pub(crate) fn check_series_name(
+        &self,
+        id: u32,
+        name: NameIx,
+    ) -> Result<(), (RefusalReason, String)> {
+        let Some(series) = self.series[id as usize].as_ref() else {
+            return Ok(());
+        };
+        if series.name == name {
+            return Ok(());
+        }
+        let metric = &self.metrics[series.metric as usize];
+        let named = |ix: NameIx| match ix {
+            0 => metric.otel_name.as_str(),
+            i => metric.aliases[usize::from(i) - 1].as_str(),
+        };
+        Err((
+            RefusalReason::TypeConflict,
+            format!(
+                "metric `{}` is exported as `{}`, as is `{}`, which this source already sends with the same attributes",
+                named(name),
+                metric.prom_name,
+                named(series.name)
+            ),
+        ))
     }
 
     /// The per-source series of `attrs` when it exists (the read lock's part of
@@ -573,6 +641,7 @@ impl Store {
         &mut self,
         source: u32,
         metric: u32,
+        name: NameIx,
         attrs: &[Kv<'_>],
         bounds: Option<&[f64]>,
         now: u64,
@@ -642,6 +711,7 @@ impl Store {
         let series = Series {
             source,
             metric,
+            name,
             fleet,
             hash,
             attrs: attrs_key.into(),

@@ -1217,3 +1217,165 @@ fn parallel_ingest_is_exact() {
     }
     assert_eq!(store.series_held(), SOURCES as usize * 7 - 1);
 }
+
+/// A counter under `name` with `unit`, cumulative, one point per `(attrs, value)`.
+fn counter_with_unit(name: &str, unit: &str, points: Vec<NumberDataPoint>) -> Metric {
+    Metric {
+        unit: unit.into(),
+        ..counter(name, false, points)
+    }
+}
+
+/// ADR 0012: a fleet that renames a metric (here from `train_busy` with unit `s` to a
+/// client that writes the Prometheus name `train_busy_seconds_total` itself) is never
+/// locked out of its own Prometheus name: the new name joins the family, the old
+/// name's counted time stays in the fleet sum, and all of it survives restarts.
+#[test]
+fn a_renamed_metric_is_accepted_after_its_old_series_are_gone_across_restarts() {
+    let attrs = || vec![kv("state", "gpu")];
+    let mut s = Store::new(config());
+    let out = ingest(
+        &mut s,
+        &request(
+            worker(0),
+            vec![counter_with_unit(
+                "train_busy",
+                "s",
+                vec![point(attrs(), 10, 20, 10.0)],
+            )],
+        ),
+        SEC,
+    );
+    assert_eq!(out.refused_total(), 0);
+    // The old name's source goes silent and its series are forgotten (forget_after).
+    s.sweep(2 * 3600 * SEC);
+    let now = 2 * 3600 * SEC;
+    let mut r = restart(&s, config(), now, SEC);
+    let renamed = |value: f64, time: u64| {
+        request(
+            worker(1),
+            vec![counter_with_unit(
+                "train_busy_seconds_total",
+                "",
+                vec![point(attrs(), 100, time, value)],
+            )],
+        )
+    };
+    let out = ingest(&mut r, &renamed(5.0, 200), now + 2 * SEC);
+    assert_eq!(out.received, 1);
+    assert_eq!(out.refused_total(), 0, "{:?}", out.first_message);
+    // One family, one fleet series: the old name's 10 s stay counted, the new 5 s add.
+    assert_eq!(fleet_counter(&r, "train_busy"), 15.0);
+    let fleet = render(&r, View::Fleet, now + 2 * SEC);
+    let lines: Vec<_> = fleet
+        .lines()
+        .filter(|l| l.starts_with("train_busy"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{fleet}");
+    assert!(lines[0].ends_with(" 15"), "{fleet}");
+    assert_eq!(
+        fleet
+            .matches("# TYPE train_busy_seconds_total counter")
+            .count(),
+        1
+    );
+
+    // Another restart: the merge and the series' name come back; the renamed metric
+    // goes on being accepted and counted from where it was.
+    let now = now + 3 * SEC;
+    let mut r2 = restart(&r, config(), now, SEC);
+    let out = ingest(&mut r2, &renamed(8.0, 300), now + 2 * SEC);
+    assert_eq!(out.refused_total(), 0, "{:?}", out.first_message);
+    assert_eq!(fleet_counter(&r2, "train_busy"), 18.0);
+    assert_eq!(
+        render(&r2, View::Fleet, now + 2 * SEC)
+            .lines()
+            .filter(|l| l.starts_with("train_busy"))
+            .count(),
+        1
+    );
+}
+
+/// ADR 0012: what is not merged. One source sending the same series under both names
+/// (two cumulative streams in one series would count twice), and two names of one
+/// Prometheus name with different kinds or units, are refused as before.
+#[test]
+fn names_of_one_prometheus_name_merge_only_when_they_can() {
+    let attrs = || vec![kv("state", "gpu")];
+    let mut s = Store::new(config());
+    let out = ingest(
+        &mut s,
+        &request(
+            worker(0),
+            vec![
+                counter_with_unit("busy", "s", vec![point(attrs(), 10, 20, 10.0)]),
+                counter_with_unit(
+                    "busy_seconds_total",
+                    "s",
+                    vec![
+                        point(attrs(), 10, 20, 4.0),
+                        point(vec![kv("state", "io")], 10, 20, 1.0),
+                    ],
+                ),
+            ],
+        ),
+        SEC,
+    );
+    // The same series (source, attributes) under the second name: refused; another
+    // series of the same source under it: accepted.
+    assert_eq!(out.refused[RefusalReason::TypeConflict as usize], 1);
+    assert!(
+        out.first_message
+            .as_deref()
+            .is_some_and(|m| m.contains("busy_seconds_total") && m.contains("same attributes")),
+        "{:?}",
+        out.first_message
+    );
+    assert_eq!(fleet_counter(&s, "busy"), 11.0);
+    // Another source may use either name for that series.
+    let out = ingest(
+        &mut s,
+        &request(
+            worker(1),
+            vec![counter_with_unit(
+                "busy_seconds_total",
+                "s",
+                vec![point(attrs(), 10, 20, 2.0)],
+            )],
+        ),
+        SEC,
+    );
+    assert_eq!(out.refused_total(), 0);
+    assert_eq!(fleet_counter(&s, "busy"), 13.0);
+
+    // Units that differ (both given): refused.
+    let out = ingest(
+        &mut s,
+        &request(
+            worker(0),
+            vec![
+                counter_with_unit("jobs", "{job}", vec![point(vec![], 1, 2, 1.0)]),
+                counter_with_unit("jobs_total", "{batch}", vec![point(vec![], 1, 2, 1.0)]),
+            ],
+        ),
+        SEC,
+    );
+    assert_eq!(out.refused[RefusalReason::TypeConflict as usize], 1);
+    assert!(
+        out.first_message
+            .as_deref()
+            .is_some_and(|m| m.contains("already uses")),
+        "{:?}",
+        out.first_message
+    );
+    // A gauge whose Prometheus name a counter has: refused.
+    let out = ingest(
+        &mut s,
+        &request(
+            worker(0),
+            vec![gauge("jobs_total", vec![point(vec![], 1, 2, 1.0)])],
+        ),
+        SEC,
+    );
+    assert_eq!(out.refused[RefusalReason::TypeConflict as usize], 1);
+}

@@ -8,9 +8,10 @@
 //! corrupt file fails its length or checksum.
 //!
 //! What is kept: per source its resource and when it was last heard from; per series
-//! its source, metric, point attributes, start and last point time, last cumulative
-//! value (or histogram) and last-seen age; the fleet accumulators (counters and
-//! histograms) with their labels; and the metric metadata (name, kind, help, unit).
+//! its source, metric (and which of the metric's names created it), point attributes,
+//! start and last point time, last cumulative value (or histogram) and last-seen age;
+//! the fleet accumulators (counters and histograms) with their labels; and the metric
+//! metadata (name, kind, help, unit, the names merged into it: ADR 12).
 //! Labels are derived again from the current configuration on restore, so a restart
 //! with other `sum_over` or `static_labels` starts new fleet series beside the
 //! restored ones instead of mixing them.
@@ -23,7 +24,7 @@ use prost::Message as _;
 use super::super::MetricKind;
 use super::super::naming::render_labels;
 use super::super::wire::{self, DataKind, Kv, MetricRef, Val};
-use super::{Fleet, FleetRead, FleetValue, Hist, Store, Value};
+use super::{Fleet, FleetRead, FleetValue, Hist, NameIx, Store, Value};
 
 /// The file's first bytes.
 const MAGIC: &[u8; 8] = b"HGMSTATE";
@@ -83,6 +84,9 @@ struct MetricState {
     /// 0 counter, 1 gauge, 2 histogram.
     #[prost(uint32, tag = "4")]
     kind: u32,
+    /// Other OpenTelemetry names merged into this family, in order (ADR 0012).
+    #[prost(string, repeated, tag = "5")]
+    aliases: Vec<String>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -153,6 +157,10 @@ struct SeriesState {
     /// has: its own `hist.bounds` are left empty.
     #[prost(uint32, tag = "10")]
     fleet: u32,
+    /// Which of its metric's names created it: 0 the metric's `name`, `i + 1` its
+    /// `aliases[i]` (ADR 0012).
+    #[prost(uint32, tag = "11")]
+    name: u32,
 }
 
 fn kind_code(kind: MetricKind) -> u32 {
@@ -267,6 +275,7 @@ struct FleetCopy {
 struct SeriesCopy {
     source: u32,
     metric: u32,
+    name: NameIx,
     fleet: u32,
     attrs: std::sync::Arc<[(String, String)]>,
     start: u64,
@@ -308,6 +317,7 @@ impl StoreCopy {
             .map(|s| SeriesState {
                 source: s.source,
                 metric: s.metric,
+                name: u32::from(s.name),
                 attrs: pairs(&s.attrs),
                 start: s.start,
                 time: s.time,
@@ -365,6 +375,7 @@ impl Store {
                 help: m.help.clone(),
                 unit: m.unit.clone(),
                 kind: kind_code(m.kind),
+                aliases: m.aliases.clone(),
             })
             .collect();
         let mut counts = Vec::new();
@@ -409,6 +420,7 @@ impl Store {
             copies.push(SeriesCopy {
                 source: source_index[series.source as usize],
                 metric: series.metric,
+                name: series.name,
                 fleet: fleet_index[series.fleet as usize],
                 attrs: series.attrs.clone(),
                 start: s.start,
@@ -464,10 +476,28 @@ impl Store {
                 kind: data,
                 points: Vec::new(),
             };
-            metric_ids.push(self.metric_id(&r, kind).ok());
+            let Ok((id, _)) = self.metric_id(&r, kind) else {
+                metric_ids.push(None);
+                continue;
+            };
+            // The merged names again, in their order, so that each gets its index back.
+            let mut names: Vec<Option<NameIx>> = vec![Some(0)];
+            for alias in &m.aliases {
+                let r = MetricRef {
+                    name: alias,
+                    description: &m.help,
+                    unit: &m.unit,
+                    kind: data,
+                    points: Vec::new(),
+                };
+                let got = self.metric_id(&r, kind).ok();
+                names.push(got.filter(|(a, _)| *a == id).map(|(_, n)| n));
+            }
+            metric_ids.push(Some((id, names)));
         }
         for f in &state.fleet {
-            let Some(Some(metric)) = metric_ids.get(f.metric as usize).copied() else {
+            let Some(Some(&(metric, _))) = metric_ids.get(f.metric as usize).map(|m| m.as_ref())
+            else {
                 count.left_out += 1;
                 continue;
             };
@@ -524,10 +554,14 @@ impl Store {
         }
         self.hold_until = now.saturating_add(self.stale_after);
         for s in &state.series {
-            let (Some(&source), Some(Some(metric))) = (
+            let (Some(&source), Some(Some((metric, names)))) = (
                 source_ids.get(s.source as usize),
-                metric_ids.get(s.metric as usize).copied(),
+                metric_ids.get(s.metric as usize),
             ) else {
+                count.left_out += 1;
+                continue;
+            };
+            let (metric, Some(Some(name))) = (*metric, names.get(s.name as usize).copied()) else {
                 count.left_out += 1;
                 continue;
             };
@@ -571,7 +605,7 @@ impl Store {
                 Value::Histogram(h) => Some(h.bounds.clone()),
                 _ => None,
             };
-            let Ok(id) = self.series_for(source, metric, &kvs, bounds.as_deref(), now) else {
+            let Ok(id) = self.series_for(source, metric, name, &kvs, bounds.as_deref(), now) else {
                 count.left_out += 1;
                 continue;
             };

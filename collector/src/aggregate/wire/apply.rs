@@ -8,7 +8,7 @@
 
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::super::store::{Outcome, Store};
+use super::super::store::{NameIx, Outcome, Store};
 use super::super::{MetricKind, RefusalReason};
 use super::{DataKind, DecodeError, HistPoint, Kv, MetricRef, NumberPoint, Visitor};
 
@@ -48,8 +48,8 @@ struct Apply<'s, 'a> {
     out: &'s mut Outcome,
     resource: Vec<Kv<'a>>,
     source: Option<u32>,
-    /// The current metric: its id, kind and temporality, or `None` when refused.
-    current: Option<(u32, MetricKind, bool)>,
+    /// The current metric: its id, which of its names, kind and temporality, or `None` when refused.
+    current: Option<(u32, NameIx, MetricKind, bool)>,
 }
 
 impl Apply<'_, '_> {
@@ -152,16 +152,16 @@ impl<'a> Visitor<'a> for Apply<'_, 'a> {
             None => self.store_mut().metric_id(m, kind),
         };
         match found {
-            Ok(id) => {
+            Ok((id, name)) => {
                 self.source();
-                self.current = Some((id, kind, delta));
+                self.current = Some((id, name, kind, delta));
             }
             Err((reason, msg)) => self.out.refuse(reason, n, || msg),
         }
     }
 
     fn number(&mut self, p: &NumberPoint<'a>) {
-        let (Some((metric, kind, delta)), Some(source)) = (self.current, self.source) else {
+        let (Some((metric, name, kind, delta)), Some(source)) = (self.current, self.source) else {
             return;
         };
         let (store, out) = self.parts();
@@ -170,10 +170,15 @@ impl<'a> Visitor<'a> for Apply<'_, 'a> {
         };
         let now = self.now;
         let id = match self.store().find_series(source, metric, &p.attrs) {
-            Some(id) => id,
+            Some(id) => {
+                if let Err((reason, msg)) = self.store().check_series_name(id, name) {
+                    return self.out.refuse(reason, 1, || msg);
+                }
+                id
+            }
             None => match self
                 .store_mut()
-                .series_for(source, metric, &p.attrs, None, now)
+                .series_for(source, metric, name, &p.attrs, None, now)
             {
                 Ok(id) => id,
                 Err((reason, msg)) => return self.out.refuse(reason, 1, || msg),
@@ -184,7 +189,7 @@ impl<'a> Visitor<'a> for Apply<'_, 'a> {
     }
 
     fn histogram(&mut self, p: &HistPoint<'a>) {
-        let (Some((metric, _, delta)), Some(source)) = (self.current, self.source) else {
+        let (Some((metric, name, _, delta)), Some(source)) = (self.current, self.source) else {
             return;
         };
         let (store, out) = self.parts();
@@ -193,12 +198,21 @@ impl<'a> Visitor<'a> for Apply<'_, 'a> {
         }
         let now = self.now;
         let id = match self.store().find_series(source, metric, &p.attrs) {
-            Some(id) => id,
+            Some(id) => {
+                if let Err((reason, msg)) = self.store().check_series_name(id, name) {
+                    return self.out.refuse(reason, 1, || msg);
+                }
+                id
+            }
             None => {
-                match self
-                    .store_mut()
-                    .series_for(source, metric, &p.attrs, Some(&p.bounds), now)
-                {
+                match self.store_mut().series_for(
+                    source,
+                    metric,
+                    name,
+                    &p.attrs,
+                    Some(&p.bounds),
+                    now,
+                ) {
                     Ok(id) => id,
                     Err((reason, msg)) => return self.out.refuse(reason, 1, || msg),
                 }
