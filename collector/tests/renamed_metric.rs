@@ -1,4 +1,4 @@
-//! A fleet that renames a metric is not locked out of its Prometheus name (ADR 0012),
+//! A fleet that renames a metric is not locked out of its Prometheus name (ADR 0013),
 //! against the real binary with its state on disk: `train_busy` (unit `s`) claims
 //! `train_busy_seconds_total`; its only source goes silent and is forgotten; after a
 //! restart a client that sends `train_busy_seconds_total` itself is accepted in full,

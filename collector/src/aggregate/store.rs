@@ -73,7 +73,7 @@ impl Outcome {
 pub(crate) struct Metric {
     otel_name: String,
     /// Other OpenTelemetry names merged into this family: they map to the same
-    /// Prometheus name with the same kind and a compatible unit (ADR 0012). A name's
+    /// Prometheus name with the same kind and a compatible unit (ADR 0013). A name's
     /// index here plus one is its [`NameIx`]; `otel_name` is 0.
     aliases: Vec<String>,
     prom_name: String,
@@ -134,7 +134,7 @@ pub(crate) enum Value {
 pub(crate) struct Series {
     source: u32,
     metric: u32,
-    /// Which of its metric's OpenTelemetry names created it (ADR 0012): points of the
+    /// Which of its metric's OpenTelemetry names created it (ADR 0013): points of the
     /// same source and attributes under another name of the family are refused.
     name: NameIx,
     fleet: u32,
@@ -316,7 +316,7 @@ pub(crate) type NameIx = u16;
 
 /// Whether a metric of unit `b` may join a family of unit `a` that has the same
 /// Prometheus name and kind: the same unit, or either side without one (its name, being
-/// the same Prometheus name, already ends in the unit's suffix). ADR 0012.
+/// the same Prometheus name, already ends in the unit's suffix). ADR 0013.
 fn units_merge(a: &str, b: &str) -> bool {
     a == b || a.is_empty() || b.is_empty()
 }
@@ -500,7 +500,7 @@ impl Store {
     }
 
     /// The metric `m` belongs to, and which of its names it is: a known name's, a new
-    /// family, or (ADR 0012) the family of another name that maps to the same
+    /// family, or (ADR 0013) the family of another name that maps to the same
     /// Prometheus name with the same kind and a compatible unit.
     pub(crate) fn metric_id(
         &mut self,
@@ -596,7 +596,7 @@ impl Store {
     }
 
     /// `Err` with the refusal when series `id` was created by another of its metric's
-    /// names than `name` (ADR 0012): one source sending the same series under two
+    /// names than `name` (ADR 0013): one source sending the same series under two
     /// names of one family would interleave two cumulative streams.
     pub(crate) fn check_series_name(
         &self,

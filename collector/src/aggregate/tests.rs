@@ -1226,7 +1226,7 @@ fn counter_with_unit(name: &str, unit: &str, points: Vec<NumberDataPoint>) -> Me
     }
 }
 
-/// ADR 0012: a fleet that renames a metric (here from `train_busy` with unit `s` to a
+/// ADR 0013: a fleet that renames a metric (here from `train_busy` with unit `s` to a
 /// client that writes the Prometheus name `train_busy_seconds_total` itself) is never
 /// locked out of its own Prometheus name: the new name joins the family, the old
 /// name's counted time stays in the fleet sum, and all of it survives restarts.
@@ -1296,7 +1296,7 @@ fn a_renamed_metric_is_accepted_after_its_old_series_are_gone_across_restarts() 
     );
 }
 
-/// ADR 0012: what is not merged. One source sending the same series under both names
+/// ADR 0013: what is not merged. One source sending the same series under both names
 /// (two cumulative streams in one series would count twice), and two names of one
 /// Prometheus name with different kinds or units, are refused as before.
 #[test]

@@ -11,7 +11,7 @@
 //! its source, metric (and which of the metric's names created it), point attributes,
 //! start and last point time, last cumulative value (or histogram) and last-seen age;
 //! the fleet accumulators (counters and histograms) with their labels; and the metric
-//! metadata (name, kind, help, unit, the names merged into it: ADR 12).
+//! metadata (name, kind, help, unit, the names merged into it: ADR 13).
 //! Labels are derived again from the current configuration on restore, so a restart
 //! with other `sum_over` or `static_labels` starts new fleet series beside the
 //! restored ones instead of mixing them.
@@ -84,7 +84,7 @@ struct MetricState {
     /// 0 counter, 1 gauge, 2 histogram.
     #[prost(uint32, tag = "4")]
     kind: u32,
-    /// Other OpenTelemetry names merged into this family, in order (ADR 0012).
+    /// Other OpenTelemetry names merged into this family, in order (ADR 0013).
     #[prost(string, repeated, tag = "5")]
     aliases: Vec<String>,
 }
@@ -158,7 +158,7 @@ struct SeriesState {
     #[prost(uint32, tag = "10")]
     fleet: u32,
     /// Which of its metric's names created it: 0 the metric's `name`, `i + 1` its
-    /// `aliases[i]` (ADR 0012).
+    /// `aliases[i]` (ADR 0013).
     #[prost(uint32, tag = "11")]
     name: u32,
 }
