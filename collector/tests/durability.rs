@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::{
-    AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+    AggregationTemporality, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
     metric::Data, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -240,6 +240,38 @@ fn state_survives_a_restart_with_both_views() {
     assert_eq!(sum(&sources, "work_total", &[("rank", "0")]), 36.0);
     assert!(before_sources.contains("work_total"));
     second.wait_log("restored the aggregation state");
+}
+
+/// A gauge no rule and no catalog family covers is logged once, by name, with what to
+/// add, and stays out of the fleet view.
+#[test]
+fn a_gauge_without_a_rule_is_logged_once() {
+    let p = Proc::collector(&["--storage", "none"]);
+    for (rank, value) in [(0, 60.0), (1, 61.0), (0, 62.0)] {
+        let mut req = counters(rank, 1, value, started_now());
+        let metric = &mut req.resource_metrics[0].scope_metrics[0].metrics[0];
+        metric.name = "board_temperature".into();
+        if let Some(Data::Sum(sum)) = metric.data.take() {
+            metric.data = Some(Data::Gauge(Gauge {
+                data_points: sum.data_points,
+            }));
+        }
+        assert_eq!(post(p.http(), &req).status(), 200);
+    }
+    let log = p.wait_log("gauge `board_temperature` has no fleet rule");
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.contains("has no fleet rule"))
+            .count(),
+        1,
+        "{log:#?}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("processors.higgsmeter.gauges"))
+    );
+    assert!(!p.scrape("/metrics").contains("board_temperature"));
+    assert!(p.scrape("/metrics/sources").contains("board_temperature"));
 }
 
 #[test]
