@@ -13,7 +13,7 @@ use higgsmeter_catalog::{
     COLLECTOR_TLS_HANDSHAKES_FAILED, Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
 };
 
-use super::super::cluster::{ClusterReading, SourceReading, rank_order};
+use super::super::cluster::{ClusterReading, CollectorClock, SourceReading, rank_order};
 use super::super::config::{GaugeAcc, GaugeAggregation};
 use super::super::naming::render_labels;
 use super::super::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row, RowValue, Rows};
@@ -573,5 +573,9 @@ pub(crate) fn cluster_read(store: &Store, now: u64) -> ClusterReading {
         })
         .collect();
     sources.sort_by(rank_order);
-    ClusterReading { now, sources }
+    ClusterReading {
+        now,
+        clock: CollectorClock::default(),
+        sources,
+    }
 }
