@@ -50,6 +50,56 @@ fn lifecycle_worker_runs_and_accounts_its_whole_life() {
     );
 }
 
+/// The README's worker command with `RANK=1` beside a running collector: every rank
+/// tracks and exports by default, so rank 1's time (not only "startup") reaches the
+/// collector, under its rank.
+#[test]
+fn lifecycle_worker_rank_1_reaches_the_collector() {
+    use higgsmeter_collector::{Collector, Config, Overrides, View};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut config = Config::default();
+    config.apply(&Overrides {
+        grpc: Some("127.0.0.1:0".into()),
+        http: Some("127.0.0.1:0".into()),
+        prometheus: Some("127.0.0.1:0".into()),
+        storage: Some("none".into()),
+        ..Default::default()
+    });
+    let running = rt
+        .block_on(Collector::start(config.plan().unwrap()))
+        .unwrap();
+    let grpc = running.addresses().grpc.unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lifecycle-worker"))
+        .args(["--jobs", "5"])
+        .env("RANK", "1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{grpc}"))
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("HIGGSMETER_PROMETHEUS_ADDR", "127.0.0.1:0")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the worker");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "worker failed: {text}");
+    // The worker flushed its final totals before it exited.
+    let sources = running.aggregator().render(View::Sources);
+    let gpu_line = sources
+        .lines()
+        .find(|l| {
+            l.starts_with("worker_activity_time_seconds_total{")
+                && l.contains("rank=\"1\"")
+                && l.contains("state=\"gpu\"")
+        })
+        .unwrap_or_else(|| panic!("no rank 1 gpu time in the collector:\n{sources}"));
+    let gpu: f64 = gpu_line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(gpu >= 0.040, "5 jobs × 8 ms of inference: {gpu_line}");
+    assert!(rt.block_on(running.shutdown()));
+}
+
 /// The README's first command, shortened: the collector with a demo cluster of two
 /// instrumented ranks (on free ports) stops on its own, and its live view shows both
 /// ranks working. (This was the collector's `demo` subcommand's test.)
