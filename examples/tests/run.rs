@@ -102,11 +102,12 @@ fn lifecycle_worker_rank_1_reaches_the_collector() {
 
 /// The README's first command, shortened: the collector with a demo cluster of two
 /// instrumented ranks (on free ports) stops on its own, and its live view shows both
-/// ranks working. (This was the collector's `demo` subcommand's test.)
+/// ranks working; its output is not a terminal, so it prints plain blocks. (This was
+/// the collector's `demo` subcommand's test.)
 #[test]
 fn demo_runs_the_collector_with_a_cluster_of_instrumented_ranks() {
     let out = Command::new(env!("CARGO_BIN_EXE_demo"))
-        .args(["--ranks", "2", "--duration", "4", "--plain"])
+        .args(["--ranks", "2", "--duration", "4"]) // no --plain: stdout is a pipe
         .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
         .args(["--prometheus", "127.0.0.1:0"])
         .stdin(Stdio::null())
@@ -119,6 +120,10 @@ fn demo_runs_the_collector_with_a_cluster_of_instrumented_ranks() {
         "{text}"
     );
     assert!(text.contains("Prometheus: http://"), "{text}");
+    assert!(
+        !text.contains('\x1b'),
+        "a pipe gets plain blocks, no terminal codes: {text:?}"
+    );
     assert!(text.contains("cluster page: http://"), "{text}");
     // The last view (after the workers stopped) lists both ranks with time in states.
     let last = text.rsplit("higgsmeter demo — ").next().unwrap();
