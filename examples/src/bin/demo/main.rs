@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo run --release -p higgsmeter-examples --bin demo                 # until ctrl-c
-//! cargo run --release -p higgsmeter-examples --bin demo -- --ranks 8 --duration 30 --plain
+//! cargo run --release -p higgsmeter-examples --bin demo -- --ranks 8 --duration 10 --plain
 //! ```
 //!
 //! The collector runs in this process, as a library ([`Collector::start`]), on
