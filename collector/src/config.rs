@@ -19,6 +19,7 @@ pub use crate::storage::FileStorageConfig;
 pub use crate::tls::{TlsClientSettings, TlsServerSettings};
 
 mod plan;
+mod summary;
 pub(crate) use plan::check_push;
 
 /// The whole configuration file.

@@ -37,9 +37,11 @@
 //! - **Aggregation**: sources are OTLP resources. `/metrics` is the fleet view:
 //!   counters and histograms summed over the source identity (`rank`,
 //!   `service.instance.id`, `host.name`, `local_rank` by default), reset-safe and
-//!   never decreasing; gauges summed (or max/min/last by rule) over live sources, or
-//!   kept per source (`worker_current_state`) with `worker_sources_in_state` derived.
-//!   `/metrics/sources` is the per-source view of every family.
+//!   never decreasing; a gauge combined over live sources only by a rule that fits
+//!   it (sum, max, min, mean, last: a config rule, else the catalog's
+//!   `Family::fleet`), or kept per source (`worker_current_state`, with
+//!   `worker_sources_in_state` derived); a gauge with no rule is left out of the fleet
+//!   view. `/metrics/sources` is the per-source view of every family.
 //! - **Exporters**: Prometheus text on `127.0.0.1:9464` (OpenMetrics when the scraper
 //!   asks for it), OTLP push (`exporters.otlp`, `exporters.otlphttp`) with a bounded
 //!   queue and backoff, and Prometheus remote write 1.0

@@ -50,7 +50,8 @@ struct Cli {
     /// (extensions.file_storage.directory; default ./higgsmeter-data), or `none`.
     #[arg(long, value_name = "DIR|none")]
     storage: Option<String>,
-    /// Validate the config (and flags), print where state lives and the plan, and exit.
+    /// Validate the config (and flags), print the effective pipelines (receivers ->
+    /// processors -> exporters), where state lives and the limits, and exit.
     #[arg(long)]
     check_config: bool,
 }
@@ -157,11 +158,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let plan = config.plan()?;
     if cli.check_config {
         println!("config OK");
-        println!("{}", plan.state_summary());
-        for line in plan.security.summary() {
+        for line in plan.summary() {
             println!("{line}");
         }
-        println!("{plan:#?}");
         return Ok(());
     }
     init_logging(tracing::Level::INFO);

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::{
-    AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+    AggregationTemporality, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
     metric::Data, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
@@ -190,11 +190,39 @@ fn config_file(dir: &Path, yaml: &str) -> String {
     path.display().to_string()
 }
 
+/// Seconds since the Unix epoch, now.
+fn unix_s() -> f64 {
+    started_now() as f64 / 1e9
+}
+
+/// `/api/cluster`'s times against wall time: the uptime is within the seconds since
+/// just before the process was started (a generous bound: never a timing assertion),
+/// and the process start within the wall-clock seconds around it. Returns the document.
+fn check_times(p: &Proc, before_unix: f64, before: std::time::Instant) -> serde_json::Value {
+    let doc: serde_json::Value =
+        serde_json::from_str(&p.scrape("/api/cluster")).expect("/api/cluster is JSON");
+    let up = doc["uptime_s"].as_f64().expect("uptime_s");
+    let wall = before.elapsed().as_secs_f64();
+    assert!(
+        (0.0..=wall + 1.0).contains(&up),
+        "uptime {up} s after {wall} s: {doc}"
+    );
+    let started = doc["started_at_unix_s"]
+        .as_f64()
+        .expect("started_at_unix_s");
+    assert!(
+        (before_unix - 1.0..=unix_s() + 1.0).contains(&started),
+        "started at {started}, started between {before_unix} and now: {doc}"
+    );
+    doc
+}
+
 #[test]
 fn state_survives_a_restart_with_both_views() {
     let dir = temp_dir("restart");
     let state = dir.join("state");
     let s = state.display().to_string();
+    let (first_unix, first_at) = (unix_s(), std::time::Instant::now());
     let mut first = Proc::collector(&["--storage", &s]);
     let start = started_now();
     assert_eq!(
@@ -212,9 +240,16 @@ fn state_survives_a_restart_with_both_views() {
     );
     let before_sources = first.scrape("/metrics/sources");
     assert_eq!(before_fleet, 45.0);
+    let doc = check_times(&first, first_unix, first_at);
+    assert_eq!(doc["restored"], false, "{doc}");
+    let counting_since = doc["counting_since_unix_s"]
+        .as_f64()
+        .expect("counting since");
+    assert_eq!(Some(counting_since), doc["started_at_unix_s"].as_f64());
     first.sigterm();
     assert!(first.wait_exit(Duration::from_secs(20)).success());
     assert!(state.join(higgsmeter_collector::STATE_FILE).exists());
+    let (second_unix, second_at) = (unix_s(), std::time::Instant::now());
     let second = Proc::collector(&["--storage", &s]);
     // Until both sources report again the views are held (a scraper sees a failed
     // scrape, never a lower value).
@@ -238,8 +273,44 @@ fn state_survives_a_restart_with_both_views() {
     );
     let sources = parse_exposition(&second.scrape("/metrics/sources"));
     assert_eq!(sum(&sources, "work_total", &[("rank", "0")]), 36.0);
+    // The page says the restored state has counted since the first process started.
+    let doc = check_times(&second, second_unix, second_at);
+    assert_eq!(doc["restored"], true, "{doc}");
+    assert_eq!(doc["counting_since_unix_s"].as_f64(), Some(counting_since));
     assert!(before_sources.contains("work_total"));
     second.wait_log("restored the aggregation state");
+}
+
+/// A gauge no rule and no catalog family covers is logged once, by name, with what to
+/// add, and stays out of the fleet view.
+#[test]
+fn a_gauge_without_a_rule_is_logged_once() {
+    let p = Proc::collector(&["--storage", "none"]);
+    for (rank, value) in [(0, 60.0), (1, 61.0), (0, 62.0)] {
+        let mut req = counters(rank, 1, value, started_now());
+        let metric = &mut req.resource_metrics[0].scope_metrics[0].metrics[0];
+        metric.name = "board_temperature".into();
+        if let Some(Data::Sum(sum)) = metric.data.take() {
+            metric.data = Some(Data::Gauge(Gauge {
+                data_points: sum.data_points,
+            }));
+        }
+        assert_eq!(post(p.http(), &req).status(), 200);
+    }
+    let log = p.wait_log("gauge `board_temperature` has no fleet rule");
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.contains("has no fleet rule"))
+            .count(),
+        1,
+        "{log:#?}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("processors.higgsmeter.gauges"))
+    );
+    assert!(!p.scrape("/metrics").contains("board_temperature"));
+    assert!(p.scrape("/metrics/sources").contains("board_temperature"));
 }
 
 #[test]

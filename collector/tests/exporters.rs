@@ -26,9 +26,14 @@ fn feed(collector: &CollectorProcess, value: f64) {
     assert_eq!(resp.status().as_u16(), 200);
 }
 
+/// The `queue` gauge is summed over sources (a rule: without one a gauge stays per
+/// source, out of the fleet view).
+const QUEUE_SUMS: &str =
+    "processors:\n  higgsmeter:\n    gauges:\n      - match: queue\n        aggregation: sum\n";
+
 #[test]
 fn pushes_the_aggregate_upstream_over_grpc_and_http() {
-    let upstream = CollectorProcess::start(None, &[]);
+    let upstream = CollectorProcess::start(Some(QUEUE_SUMS), &[]);
     for (i, flag) in ["--otlp-endpoint", "--otlphttp-endpoint"]
         .into_iter()
         .enumerate()
@@ -38,7 +43,7 @@ fn pushes_the_aggregate_upstream_over_grpc_and_http() {
         } else {
             upstream.http_url()
         };
-        let config = "exporters:\n  prometheus:\n  otlp:\n    endpoint: http://127.0.0.1:1\n    interval: 100ms\n  otlphttp:\n    endpoint: http://127.0.0.1:1\n    interval: 100ms\nservice:\n  pipelines:\n    metrics:\n      receivers: [otlp]\n      exporters: [prometheus]\n";
+        let config = "processors:\n  higgsmeter:\n    gauges:\n      - match: queue\n        aggregation: sum\nexporters:\n  prometheus:\n  otlp:\n    endpoint: http://127.0.0.1:1\n    interval: 100ms\n  otlphttp:\n    endpoint: http://127.0.0.1:1\n    interval: 100ms\nservice:\n  pipelines:\n    metrics:\n      receivers: [otlp]\n      exporters: [prometheus]\n";
         let edge = CollectorProcess::start(Some(config), &[flag, &url]);
         feed(&edge, 10.0);
         // The edge's points keep their own `job` upstream (ADR 0009).

@@ -150,3 +150,57 @@ fn both_views_are_valid_text_and_openmetrics() {
         1.0
     );
 }
+
+/// Two ranks reporting a temperature (a gauge no rule and no catalog family covers) at
+/// 60 and 61: `/metrics` never shows 121, nor any combined temperature; each source's
+/// reading is on `/metrics/sources`. A rule in the config combines it as it says.
+#[test]
+fn a_gauge_without_a_rule_is_never_summed_in_the_fleet_view() {
+    let body = |rank: u32, value: f64| {
+        format!(
+            r#"{{"resourceMetrics":[{{"resource":{{"attributes":[
+            {{"key":"service.name","value":{{"stringValue":"temps"}}}},
+            {{"key":"rank","value":{{"intValue":"{rank}"}}}}]}},
+            "scopeMetrics":[{{"metrics":[
+            {{"name":"board_temperature","unit":"Cel","gauge":{{"dataPoints":[{{"timeUnixNano":"2","asDouble":{value}}}]}}}}]}}]}}]}}"#
+        )
+    };
+    let post = |collector: &CollectorProcess, text: String| {
+        let resp = reqwest::blocking::Client::new()
+            .post(format!("{}/v1/metrics", collector.http_url()))
+            .header("content-type", "application/json")
+            .body(text)
+            .send()
+            .expect("POST");
+        assert_eq!(resp.status().as_u16(), 200);
+    };
+    let max_rule = "processors:\n  higgsmeter:\n    gauges:\n      - match: board_temperature*\n        aggregation: max\n";
+    for config in [None, Some(max_rule)] {
+        let collector = CollectorProcess::start(config, &[]);
+        post(&collector, body(0, 60.0));
+        post(&collector, body(1, 61.0));
+        let fleet = collector.scrape("/metrics");
+        assert!(
+            !fleet
+                .lines()
+                .any(|l| !l.starts_with('#') && l.ends_with(" 121")),
+            "{fleet}"
+        );
+        let temps: Vec<f64> = parse_exposition(&fleet)
+            .iter()
+            .filter(|s| s.name.starts_with("board_temperature"))
+            .map(|s| s.value)
+            .collect();
+        match config {
+            None => assert!(temps.is_empty(), "{fleet}"),
+            Some(_) => assert_eq!(temps, [61.0], "{fleet}"),
+        }
+        let mut per_source: Vec<f64> = parse_exposition(&collector.scrape("/metrics/sources"))
+            .iter()
+            .filter(|s| s.name.starts_with("board_temperature"))
+            .map(|s| s.value)
+            .collect();
+        per_source.sort_by(f64::total_cmp);
+        assert_eq!(per_source, [60.0, 61.0]);
+    }
+}

@@ -73,7 +73,7 @@ fn post(collector: &CollectorProcess, body: String) {
 
 fn config(endpoint: &str, extra: &str) -> String {
     format!(
-        "processors:\n  higgsmeter:\n    stale_after: 5m\nexporters:\n  prometheus:\n  prometheusremotewrite:\n    endpoint: {endpoint}\n    interval: 200ms\n    external_labels:\n      cluster: rw-test\n{extra}service:\n  pipelines:\n    metrics:\n      receivers: [otlp]\n      exporters: [prometheus, prometheusremotewrite]\n"
+        "processors:\n  higgsmeter:\n    stale_after: 5m\n    gauges:\n      - match: kv_cache_usage\n        aggregation: mean\nexporters:\n  prometheus:\n  prometheusremotewrite:\n    endpoint: {endpoint}\n    interval: 200ms\n    external_labels:\n      cluster: rw-test\n{extra}service:\n  pipelines:\n    metrics:\n      receivers: [otlp]\n      exporters: [prometheus, prometheusremotewrite]\n"
     )
 }
 

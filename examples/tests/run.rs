@@ -50,13 +50,64 @@ fn lifecycle_worker_runs_and_accounts_its_whole_life() {
     );
 }
 
+/// The README's worker command with `RANK=1` beside a running collector: every rank
+/// tracks and exports by default, so rank 1's time (not only "startup") reaches the
+/// collector, under its rank.
+#[test]
+fn lifecycle_worker_rank_1_reaches_the_collector() {
+    use higgsmeter_collector::{Collector, Config, Overrides, View};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut config = Config::default();
+    config.apply(&Overrides {
+        grpc: Some("127.0.0.1:0".into()),
+        http: Some("127.0.0.1:0".into()),
+        prometheus: Some("127.0.0.1:0".into()),
+        storage: Some("none".into()),
+        ..Default::default()
+    });
+    let running = rt
+        .block_on(Collector::start(config.plan().unwrap()))
+        .unwrap();
+    let grpc = running.addresses().grpc.unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_lifecycle-worker"))
+        .args(["--jobs", "5"])
+        .env("RANK", "1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{grpc}"))
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("HIGGSMETER_PROMETHEUS_ADDR", "127.0.0.1:0")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the worker");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "worker failed: {text}");
+    // The worker flushed its final totals before it exited.
+    let sources = running.aggregator().render(View::Sources);
+    let gpu_line = sources
+        .lines()
+        .find(|l| {
+            l.starts_with("worker_activity_time_seconds_total{")
+                && l.contains("rank=\"1\"")
+                && l.contains("state=\"gpu\"")
+        })
+        .unwrap_or_else(|| panic!("no rank 1 gpu time in the collector:\n{sources}"));
+    let gpu: f64 = gpu_line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(gpu >= 0.040, "5 jobs × 8 ms of inference: {gpu_line}");
+    assert!(rt.block_on(running.shutdown()));
+}
+
 /// The README's first command, shortened: the collector with a demo cluster of two
 /// instrumented ranks (on free ports) stops on its own, and its live view shows both
-/// ranks working. (This was the collector's `demo` subcommand's test.)
+/// ranks working; its output is not a terminal, so it prints plain blocks. (This was
+/// the collector's `demo` subcommand's test.)
 #[test]
 fn demo_runs_the_collector_with_a_cluster_of_instrumented_ranks() {
     let out = Command::new(env!("CARGO_BIN_EXE_demo"))
-        .args(["--ranks", "2", "--duration", "4", "--plain"])
+        .args(["--ranks", "2", "--duration", "4"]) // no --plain: stdout is a pipe
         .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
         .args(["--prometheus", "127.0.0.1:0"])
         .stdin(Stdio::null())
@@ -69,6 +120,10 @@ fn demo_runs_the_collector_with_a_cluster_of_instrumented_ranks() {
         "{text}"
     );
     assert!(text.contains("Prometheus: http://"), "{text}");
+    assert!(
+        !text.contains('\x1b'),
+        "a pipe gets plain blocks, no terminal codes: {text:?}"
+    );
     assert!(text.contains("cluster page: http://"), "{text}");
     // The last view (after the workers stopped) lists both ranks with time in states.
     let last = text.rsplit("higgsmeter demo — ").next().unwrap();

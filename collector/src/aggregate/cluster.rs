@@ -33,11 +33,28 @@ pub(crate) struct SourceReading {
     pub(crate) live: bool,
 }
 
+/// The collector's own times, as the cluster page shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct CollectorClock {
+    /// Nanoseconds since this collector process started.
+    pub(crate) uptime: u64,
+    /// When this process started (unix ns).
+    pub(crate) started_unix_nanos: u64,
+    /// Since when the fleet series have counted (unix ns): this process's start, or
+    /// the start of the aggregation state it restored from a checkpoint.
+    pub(crate) counting_since_unix_nanos: u64,
+    /// Whether the aggregation state was restored from a checkpoint.
+    pub(crate) restored: bool,
+}
+
 /// Every source the store knows, read at `now` (the aggregator's clock, nanoseconds).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ClusterReading {
-    /// When the reading was taken (nanoseconds since the collector started).
+    /// When the reading was taken, on the aggregator's internal monotonic clock (it
+    /// starts far from 0: only differences between readings mean anything).
     pub(crate) now: u64,
+    /// The collector's uptime and start times at `now`.
+    pub(crate) clock: CollectorClock,
     /// Sources, ordered by rank (numerically where it is a number), then identity.
     pub(crate) sources: Vec<SourceReading>,
 }
@@ -59,7 +76,13 @@ impl Aggregator {
     /// Every source's identity, state, seconds per state, GPU utilisation and staleness.
     pub(crate) fn cluster_reading(&self) -> ClusterReading {
         let now = self.now();
-        let store = self.read();
-        super::store::cluster_read(&store, now)
+        let mut reading = super::store::cluster_read(&self.read(), now);
+        reading.clock = CollectorClock {
+            uptime: now.saturating_sub(super::CLOCK_BASE),
+            started_unix_nanos: self.started_unix_nanos,
+            counting_since_unix_nanos: self.origin_unix_nanos,
+            restored: self.restored,
+        };
+        reading
     }
 }

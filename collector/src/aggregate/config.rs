@@ -7,32 +7,29 @@ use serde::Deserialize;
 
 use crate::config::duration_serde;
 
-/// The catalog's GPU gauges whose fleet sum means something (memory, power); every
-/// other GPU gauge (utilization, temperature, clocks, peaks) describes one device and
-/// stays per source.
-pub(crate) const SUMMABLE_GPU_GAUGES: &[&str] = &[
-    higgsmeter_catalog::HW_GPU_MEMORY_USAGE.name,
-    higgsmeter_catalog::HW_GPU_MEMORY_LIMIT.name,
-    higgsmeter_catalog::HW_POWER.name,
-    higgsmeter_catalog::HW_GPU_PROCESS_MEMORY_USAGE.name,
-];
-
 /// How the fleet view combines one gauge's series from several sources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum GaugeAggregation {
-    /// The sum over live sources (the serving engine conductor's rule; the default).
+    /// The sum over live sources (the serving engine conductor's rule): for counts of
+    /// things each source holds (queue depths, pages, requests in flight).
     Sum,
     /// The largest value among live sources.
     Max,
     /// The smallest value among live sources.
     Min,
+    /// The mean over live sources.
+    Mean,
     /// The value most recently received from any live source.
     Last,
     /// Not aggregated: each live source's series stays in the fleet view with its
     /// identity labels (for gauges that describe one source, like `worker_current_state`).
     PerSource,
+    /// Not in the fleet view at all: only in `/metrics/sources` (the default for a gauge
+    /// that neither a rule nor the catalog says how to combine, since no combination can
+    /// be justified without knowing what it measures).
+    SourcesOnly,
 }
 
 impl GaugeAggregation {
@@ -42,27 +39,80 @@ impl GaugeAggregation {
             GaugeAggregation::Sum => "sum",
             GaugeAggregation::Max => "max",
             GaugeAggregation::Min => "min",
+            GaugeAggregation::Mean => "mean",
             GaugeAggregation::Last => "last",
             GaugeAggregation::PerSource => "per_source",
+            GaugeAggregation::SourcesOnly => "sources_only",
         }
     }
 
-    /// Folds one source's `(value, updated)` into the fleet accumulator: sum, max or
-    /// min of the values, or the most recently updated one (`Last`, and `PerSource`,
-    /// whose fleet series is never read). The accumulator keeps the latest update time.
-    pub(crate) fn fold(self, acc: Option<(f64, u64)>, value: f64, updated: u64) -> (f64, u64) {
-        match (acc, self) {
-            (None, _) => (value, updated),
-            (Some((a, t)), GaugeAggregation::Sum) => (a + value, t.max(updated)),
-            (Some((a, t)), GaugeAggregation::Max) => (a.max(value), t.max(updated)),
-            (Some((a, t)), GaugeAggregation::Min) => (a.min(value), t.max(updated)),
-            (Some((a, t)), _) => {
-                if updated >= t {
-                    (value, updated)
+    /// The rule the catalog gives a family.
+    pub(crate) fn from_catalog(fleet: higgsmeter_catalog::Fleet) -> GaugeAggregation {
+        match fleet {
+            higgsmeter_catalog::Fleet::Sum => GaugeAggregation::Sum,
+            higgsmeter_catalog::Fleet::Max => GaugeAggregation::Max,
+            higgsmeter_catalog::Fleet::Min => GaugeAggregation::Min,
+            higgsmeter_catalog::Fleet::Mean => GaugeAggregation::Mean,
+            higgsmeter_catalog::Fleet::PerSource => GaugeAggregation::PerSource,
+        }
+    }
+
+    /// Whether the fleet view has a combined series for this gauge (not `per_source`,
+    /// whose series stay as they are, nor `sources_only`).
+    pub(crate) fn combines(self) -> bool {
+        !matches!(
+            self,
+            GaugeAggregation::PerSource | GaugeAggregation::SourcesOnly
+        )
+    }
+
+    /// Folds one source's `value` (received at `updated`) into the fleet accumulator:
+    /// sum, max or min of the values, their sum and count for the mean, or the most
+    /// recently updated one (`Last`). The accumulator keeps the latest update time.
+    pub(crate) fn fold(self, acc: Option<GaugeAcc>, value: f64, updated: u64) -> GaugeAcc {
+        let Some(a) = acc else {
+            return GaugeAcc {
+                value,
+                updated,
+                sources: 1,
+            };
+        };
+        let value = match self {
+            GaugeAggregation::Sum | GaugeAggregation::Mean => a.value + value,
+            GaugeAggregation::Max => a.value.max(value),
+            GaugeAggregation::Min => a.value.min(value),
+            GaugeAggregation::Last
+            | GaugeAggregation::PerSource
+            | GaugeAggregation::SourcesOnly => {
+                if updated >= a.updated {
+                    value
                 } else {
-                    (a, t)
+                    a.value
                 }
             }
+        };
+        GaugeAcc {
+            value,
+            updated: a.updated.max(updated),
+            sources: a.sources + 1,
+        }
+    }
+}
+
+/// A fleet gauge being combined over sources ([`GaugeAggregation::fold`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct GaugeAcc {
+    value: f64,
+    updated: u64,
+    sources: u32,
+}
+
+impl GaugeAcc {
+    /// The combined value under `rule` and the latest update time.
+    pub(crate) fn finish(self, rule: GaugeAggregation) -> (f64, u64) {
+        match rule {
+            GaugeAggregation::Mean => (self.value / f64::from(self.sources), self.updated),
+            _ => (self.value, self.updated),
         }
     }
 }
@@ -133,11 +183,11 @@ pub struct AggregateConfig {
     /// source that comes back with the same identity is not counted twice (default 1 h).
     #[serde(with = "duration_serde")]
     pub forget_after: Duration,
-    /// Gauge rules, first match wins; then the built-in rules (`worker_current_state`
-    /// and the catalog's per-device GPU gauges: `per_source`); then
-    /// `default_gauge_aggregation`.
+    /// Gauge rules, first match wins; then the catalog's rule for its families
+    /// (`higgsmeter_catalog::Family::fleet`); then `default_gauge_aggregation`.
     pub gauges: Vec<GaugeRule>,
-    /// The aggregation of gauges no rule matches (default `sum`).
+    /// The aggregation of gauges that neither a rule nor the catalog covers (default
+    /// `sources_only`: in `/metrics/sources` only, absent from `/metrics`).
     pub default_gauge_aggregation: GaugeAggregation,
     /// Labels added to every exported series of both views (e.g. `model_name`).
     pub static_labels: BTreeMap<String, String>,
@@ -165,7 +215,7 @@ impl Default for AggregateConfig {
             stale_after: None,
             forget_after: Duration::from_secs(3600),
             gauges: Vec::new(),
-            default_gauge_aggregation: GaugeAggregation::Sum,
+            default_gauge_aggregation: GaugeAggregation::SourcesOnly,
             static_labels: BTreeMap::new(),
             max_series_per_metric: 50_000,
             max_series: 200_000,
@@ -181,41 +231,25 @@ impl AggregateConfig {
         self.stale_after.unwrap_or(self.expected_interval * 5)
     }
 
-    /// The aggregation for a gauge named `otel_name` (exported as `prom_name`).
+    /// The aggregation for a gauge named `otel_name` (exported as `prom_name`): the
+    /// first matching rule, else the catalog's, else `default_gauge_aggregation`.
     pub fn gauge_aggregation(&self, otel_name: &str, prom_name: &str) -> GaugeAggregation {
+        self.gauge_rule(otel_name, prom_name)
+            .unwrap_or(self.default_gauge_aggregation)
+    }
+
+    /// The aggregation a rule or the catalog gives a gauge; `None` when neither does.
+    pub(crate) fn gauge_rule(&self, otel_name: &str, prom_name: &str) -> Option<GaugeAggregation> {
         if let Some(rule) = self
             .gauges
             .iter()
             .find(|r| r.matches(otel_name) || r.matches(prom_name))
         {
-            return rule.aggregation;
+            return Some(rule.aggregation);
         }
-        let family = higgsmeter_catalog::find_instrument(otel_name);
-        if family.is_some_and(|f| f.name == higgsmeter_catalog::WORKER_CURRENT_STATE.name) {
-            return GaugeAggregation::PerSource;
-        }
-        let gpu_gauge = family.is_some_and(|f| {
-            f.kind == higgsmeter_catalog::Kind::Gauge
-                && higgsmeter_catalog::GPU_FAMILIES
-                    .iter()
-                    .any(|g| g.name == f.name)
-                && !SUMMABLE_GPU_GAUGES.contains(&f.name)
-        });
-        if gpu_gauge {
-            return GaugeAggregation::PerSource;
-        }
-        // A lab session's gauges (time to first SLEAP process, best frame count, epochs,
-        // loss) describe one session: summing them over sessions means nothing.
-        let session_gauge = family.is_some_and(|f| {
-            f.kind == higgsmeter_catalog::Kind::Gauge
-                && higgsmeter_catalog::SESSION_FAMILIES
-                    .iter()
-                    .any(|g| g.name == f.name)
-        });
-        if session_gauge {
-            return GaugeAggregation::PerSource;
-        }
-        self.default_gauge_aggregation
+        higgsmeter_catalog::find_instrument(otel_name)
+            .filter(|f| f.kind == higgsmeter_catalog::Kind::Gauge)
+            .map(|f| GaugeAggregation::from_catalog(f.fleet))
     }
 
     /// Checks values that serde cannot: returns `(key path, message)` on error.
@@ -309,20 +343,54 @@ mod tests {
         );
         assert_eq!(
             c.gauge_aggregation("queue_depth", "queue_depth"),
-            GaugeAggregation::Sum
+            GaugeAggregation::SourcesOnly
         );
+        assert_eq!(c.gauge_rule("queue_depth", "queue_depth"), None);
+    }
+
+    #[test]
+    fn the_catalog_says_how_for_its_gauges() {
+        let c = AggregateConfig::default();
+        for f in higgsmeter_catalog::ALL_FAMILY_GROUPS
+            .iter()
+            .flat_map(|g| g.iter())
+        {
+            if f.kind == higgsmeter_catalog::Kind::Gauge {
+                assert_eq!(
+                    c.gauge_aggregation(f.name, f.name),
+                    GaugeAggregation::from_catalog(f.fleet),
+                    "{}",
+                    f.name
+                );
+            }
+        }
+        let pages = higgsmeter_catalog::MSTAR_KV_PAGES_USED.name;
+        assert_eq!(c.gauge_aggregation(pages, pages), GaugeAggregation::Sum);
+        let temp = higgsmeter_catalog::HW_GPU_TEMPERATURE.name;
+        assert_eq!(c.gauge_aggregation(temp, temp), GaugeAggregation::PerSource);
+    }
+
+    #[test]
+    fn mean_divides_by_the_sources_folded() {
+        let rule = GaugeAggregation::Mean;
+        let acc = [0.5, 1.0, 0.0]
+            .iter()
+            .fold(None, |acc, v| Some(rule.fold(acc, *v, 1)));
+        assert_eq!(acc.map(|a| a.finish(rule)), Some((0.5, 1)));
     }
 
     #[test]
     fn session_gauges_are_per_source_by_default() {
         let c = AggregateConfig::default();
         for f in higgsmeter_catalog::SESSION_FAMILIES {
-            let want = if f.kind == higgsmeter_catalog::Kind::Gauge {
-                GaugeAggregation::PerSource
-            } else {
-                c.default_gauge_aggregation
-            };
-            assert_eq!(c.gauge_aggregation(f.name, f.name), want, "{}", f.name);
+            if f.kind == higgsmeter_catalog::Kind::Gauge {
+                assert_eq!(
+                    c.gauge_aggregation(f.name, f.name),
+                    GaugeAggregation::PerSource,
+                    "{}",
+                    f.name
+                );
+            }
         }
     }
 }

@@ -152,6 +152,11 @@ pub struct Aggregator {
     /// When the aggregation state began (unix ns): this process's start, or the
     /// restored state's. The start time of every fleet series pushed upstream.
     origin_unix_nanos: u64,
+    /// When this process's aggregator was built (unix ns), at `epoch`.
+    started_unix_nanos: u64,
+    /// Whether the state was restored from a checkpoint (then `origin_unix_nanos` is
+    /// the restored state's, earlier than `started_unix_nanos`).
+    restored: bool,
     instance_id: String,
     /// Set at shutdown, before the final checkpoint: later requests are refused as
     /// unavailable (the sender retries against the next process), never half-counted.
@@ -214,6 +219,8 @@ impl Aggregator {
             stats,
             epoch: Instant::now(),
             origin_unix_nanos: origin,
+            started_unix_nanos: origin,
+            restored: false,
             instance_id: instance_id(),
             closed: AtomicBool::new(false),
         }
@@ -233,9 +240,10 @@ impl Aggregator {
             ));
         }
         let epoch = Instant::now();
+        let started = unix_nanos();
         let mut store = Store::new(config);
         store.set_baseline_before(state.origin_unix_nanos);
-        let elapsed = unix_nanos().saturating_sub(state.written_unix_nanos);
+        let elapsed = started.saturating_sub(state.written_unix_nanos);
         let count = store.restore(state, CLOCK_BASE, elapsed)?;
         Ok((
             Aggregator {
@@ -243,6 +251,8 @@ impl Aggregator {
                 stats,
                 epoch,
                 origin_unix_nanos: state.origin_unix_nanos,
+                started_unix_nanos: started,
+                restored: true,
                 instance_id: state.instance_id.clone(),
                 closed: AtomicBool::new(false),
             },

@@ -579,6 +579,19 @@ impl Store {
         };
         let unit = family.map_or_else(|| m.unit.to_owned(), |f| f.unit.to_owned());
         let gauge_agg = self.config.gauge_aggregation(m.name, &prom_name);
+        if kind == MetricKind::Gauge
+            && gauge_agg == GaugeAggregation::SourcesOnly
+            && self.config.gauge_rule(m.name, &prom_name).is_none()
+        {
+            // Once per metric: it is created once (and again only after a restart).
+            tracing::info!(
+                metric = %prom_name,
+                "gauge `{prom_name}` has no fleet rule: it is served per source on \
+                 /metrics/sources and left out of /metrics; to combine it across sources add \
+                 processors.higgsmeter.gauges: [{{match: {prom_name}, aggregation: sum|max|min|mean|last|per_source}}] \
+                 (otel-config/README.md)"
+            );
+        }
         let id = self.metrics.len() as u32;
         self.metrics.push(Metric {
             otel_name: m.name.to_owned(),

@@ -129,9 +129,15 @@ fn fleet_counter(store: &Store, name: &str) -> f64 {
     store.fleet_counter(name)
 }
 
+/// The default config with a 5 s `stale_after`, and queue depths summed (a rule of the
+/// config: they are not catalog families).
 fn config() -> AggregateConfig {
     AggregateConfig {
         stale_after: Some(std::time::Duration::from_secs(5)),
+        gauges: vec![GaugeRule {
+            pattern: "queue*".into(),
+            aggregation: GaugeAggregation::Sum,
+        }],
         ..AggregateConfig::default()
     }
 }
@@ -326,6 +332,62 @@ fn gauge_rules() {
     assert!(text.contains("ver{job=\"w\"} 7\n"), "{text}");
 }
 
+/// A gauge nobody gave a rule (a temperature) is never combined: two sources at 60 and
+/// 61 never show as 121; it is served per source in `/metrics/sources` only. A catalog
+/// gauge is combined by the catalog's rule, a configured one by its rule.
+#[test]
+fn gauges_without_a_rule_stay_per_source_and_out_of_the_fleet() {
+    let mut cfg = config();
+    cfg.gauges.push(GaugeRule {
+        pattern: "kv_usage_ratio".into(),
+        aggregation: GaugeAggregation::Mean,
+    });
+    let mut s = Store::new(cfg);
+    let pages = higgsmeter_catalog::MSTAR_KV_PAGES_USED.name;
+    for (rank, v, ratio) in [(0, 60.0, 0.5), (1, 61.0, 0.75)] {
+        let req = request(
+            worker(rank),
+            vec![
+                gauge("temperature", vec![point(vec![], 0, 1, v)]),
+                gauge(pages, vec![point(vec![], 0, 1, v)]),
+                gauge("kv_usage_ratio", vec![point(vec![], 0, 1, ratio)]),
+            ],
+        );
+        ingest(&mut s, &req, SEC + rank as u64);
+    }
+    let fleet = render(&s, View::Fleet, 2 * SEC);
+    // No temperature at all: not 121, nor any other combination.
+    assert!(!fleet.contains("temperature"), "{fleet}");
+    assert!(
+        fleet.contains(&format!("{pages}{{job=\"w\"}} 121\n")),
+        "{fleet}"
+    );
+    assert!(
+        fleet.contains("kv_usage_ratio{job=\"w\"} 0.625\n"),
+        "{fleet}"
+    );
+    let sources = render(&s, View::Sources, 2 * SEC);
+    for v in ["60", "61"] {
+        assert!(
+            sources
+                .lines()
+                .any(|l| l.starts_with("temperature{") && l.ends_with(&format!(" {v}"))),
+            "{sources}"
+        );
+    }
+    // The OTLP push carries no fleet temperature either.
+    let rows = super::store::otlp_rows(&s, 2 * SEC, false);
+    let temperature = rows
+        .metrics
+        .iter()
+        .position(|m| m.name == "temperature")
+        .map(|i| i as u32);
+    assert!(
+        temperature.is_none_or(|t| rows.fleet.iter().all(|p| p.metric != t)),
+        "a fleet temperature was pushed"
+    );
+}
+
 #[test]
 fn histograms_merge_with_equal_bounds_and_refuse_others() {
     let mut s = Store::new(config());
@@ -517,6 +579,10 @@ fn static_labels_and_sanitising() {
     let mut cfg = config();
     cfg.static_labels
         .insert("model_name".into(), "llama".into());
+    cfg.gauges.push(GaugeRule {
+        pattern: "http.*".into(),
+        aggregation: GaugeAggregation::Last,
+    });
     let mut s = Store::new(cfg);
     let m = Metric {
         name: "http.server.duration".into(),
@@ -659,6 +725,10 @@ fn golden_config() -> AggregateConfig {
     cfg.static_labels
         .insert("model_name".into(), "llama".into());
     cfg.gauges = vec![
+        GaugeRule {
+            pattern: "g.sum".into(),
+            aggregation: GaugeAggregation::Sum,
+        },
         GaugeRule {
             pattern: "g.max".into(),
             aggregation: GaugeAggregation::Max,

@@ -255,13 +255,18 @@ fn add_into(into: &mut Vec<(String, f64)>, pairs: &[(String, f64)], weight: f64)
     }
 }
 
-/// The `/api/cluster` document for `reading`, with last-minute shares from `history`
-/// (`uptime_s` is the collector's, the clock `reading.now` runs on).
+/// The `/api/cluster` document for `reading`, with last-minute shares from `history`.
+///
+/// Times: `uptime_s` is seconds since this collector process started;
+/// `started_at_unix_s` when it started and `counting_since_unix_s` since when the fleet
+/// series have counted (earlier when `restored`: the state came from a checkpoint),
+/// both in seconds since the Unix epoch; `seen_s_ago` and `last_minute_s` are spans.
 ///
 /// `sources` lists every source the collector still holds (live ones and stale ones
 /// not yet forgotten, with `live: false`); `fleet` sums over live sources.
 pub(crate) fn cluster_json(reading: &ClusterReading, history: &ClusterHistory) -> Json {
-    let uptime_s = reading.now as f64 / NANOS;
+    let clock = &reading.clock;
+    let uptime_s = clock.uptime as f64 / NANOS;
     let mut states: Vec<String> = STATE_ORDER.iter().map(|s| (*s).to_owned()).collect();
     let mut sources = Vec::with_capacity(reading.sources.len());
     let mut fleet_seconds: Vec<(String, f64)> = Vec::new();
@@ -322,6 +327,9 @@ pub(crate) fn cluster_json(reading: &ClusterReading, history: &ClusterHistory) -
     };
     serde_json::json!({
         "uptime_s": finite(uptime_s),
+        "started_at_unix_s": finite(clock.started_unix_nanos as f64 / NANOS),
+        "counting_since_unix_s": finite(clock.counting_since_unix_nanos as f64 / NANOS),
+        "restored": clock.restored,
         "window_s": WINDOW as f64 / NANOS,
         "states": states,
         "sources": sources,
@@ -354,6 +362,7 @@ mod tests {
     use opentelemetry_proto::tonic::resource::v1::Resource;
 
     use super::*;
+    use crate::aggregate::cluster::CollectorClock;
     use crate::aggregate::{AggregateConfig, Aggregator};
     use crate::self_metrics::{SelfMetrics, Transport};
 
@@ -452,6 +461,10 @@ mod tests {
     fn reading(now: u64, seconds: &[(&str, f64)]) -> ClusterReading {
         ClusterReading {
             now,
+            clock: CollectorClock {
+                uptime: now,
+                ..CollectorClock::default()
+            },
             sources: vec![SourceReading {
                 key: "rank=0".into(),
                 rank: Some("0".into()),
@@ -639,7 +652,19 @@ mod tests {
         assert!((fleet["share_last_minute"]["gpu"].as_f64().unwrap() - 0.8).abs() < 1e-12);
         assert_eq!(s1["last_minute_s"], 10.0);
         assert!((fleet["gpu_utilization_mean"].as_f64().unwrap() - 0.6).abs() < 1e-12);
-        assert_eq!(json["uptime_s"].as_f64().unwrap(), r.now as f64 / 1e9);
+        // Seconds since the aggregator was built (not its internal clock, which starts
+        // at 2^60 ns): well under a minute in a unit test, however slow the machine.
+        let uptime = json["uptime_s"].as_f64().unwrap();
+        assert_eq!(uptime, r.clock.uptime as f64 / 1e9);
+        assert!((0.0..60.0).contains(&uptime), "{uptime}");
+        assert_eq!(json["restored"], false);
+        let since = json["counting_since_unix_s"].as_f64().unwrap();
+        assert_eq!(since, json["started_at_unix_s"].as_f64().unwrap());
+        let wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!(since <= wall && since > wall - 60.0, "{since} vs {wall}");
         assert_eq!(json["states"][0], "gpu");
     }
 

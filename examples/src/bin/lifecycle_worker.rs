@@ -1,15 +1,22 @@
 //! A GPU worker instrumented with higgsmeter, following the Python higgsmeter README's
 //! "service lifecycle", "nested operations" and "client decorators" patterns.
 //!
+//! Beside a running collector (`cargo run --release -p higgsmeter-collector`, which
+//! listens on 127.0.0.1:4317 for OTLP and serves 127.0.0.1:9464):
+//!
 //! ```text
-//! HIGGSMETER_PROMETHEUS_ADDR=127.0.0.1:9464 \
-//! OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 OTEL_EXPORTER_OTLP_PROTOCOL=grpc \
+//! RANK=1 OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317 OTEL_EXPORTER_OTLP_PROTOCOL=grpc \
+//!   HIGGSMETER_PROMETHEUS_ADDR=127.0.0.1:0 \
 //!   cargo run -p higgsmeter-examples --bin lifecycle-worker -- --jobs 50
 //! ```
 //!
 //! It processes `--jobs` simulated jobs (sleeps stand in for GPU kernels, downloads and
 //! parsing), then shuts down, prints its own totals per state and exits. Exports go
-//! wherever the `OTEL_*` / `HIGGSMETER_PROMETHEUS_ADDR` variables say.
+//! wherever the `OTEL_*` / `HIGGSMETER_PROMETHEUS_ADDR` variables say; `127.0.0.1:0`
+//! serves its own `/metrics` on a free port (9464 is the collector's). Every rank tracks
+//! and exports, its `RANK` a resource attribute, and the collector sums them;
+//! `--rank0-only` is the Python seed's mode (`enable_tracker(rank)`: only rank 0
+//! tracks).
 
 use std::time::Duration;
 
@@ -48,9 +55,16 @@ async fn process_job(client: &S3Client, job: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn jobs_from_args() -> anyhow::Result<u64> {
+/// The command line: `--jobs N`, `--rank0-only`.
+struct Args {
+    jobs: u64,
+    rank0_only: bool,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
     let mut args = std::env::args().skip(1);
     let mut jobs = 20;
+    let mut rank0_only = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--jobs" => {
@@ -60,29 +74,36 @@ fn jobs_from_args() -> anyhow::Result<u64> {
                     .parse()
                     .context("--jobs needs a number")?
             }
+            "--rank0-only" => rank0_only = true,
             "--help" | "-h" => {
                 println!(
-                    "lifecycle-worker [--jobs N]   (exports per OTEL_* and HIGGSMETER_PROMETHEUS_ADDR)"
+                    "lifecycle-worker [--jobs N] [--rank0-only]   (exports per OTEL_* and HIGGSMETER_PROMETHEUS_ADDR; \
+                     every rank tracks unless --rank0-only, the Python seed's mode)"
                 );
                 std::process::exit(0);
             }
             other => anyhow::bail!("unknown argument {other:?}; try --help"),
         }
     }
-    Ok(jobs)
+    Ok(Args { jobs, rank0_only })
 }
 
 fn main() -> anyhow::Result<()> {
-    let jobs = jobs_from_args()?;
+    let Args { jobs, rank0_only } = parse_args()?;
     let telemetry = higgsmeter::init()?;
     if let Some(addr) = telemetry.prometheus_addr() {
         println!("prometheus endpoint: http://{addr}/metrics");
     }
-    let rank = std::env::var("RANK")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0);
-    enable_tracker(rank);
+    if rank0_only {
+        // The seed's mode: ranks other than 0 keep their tracker off (all "startup").
+        let rank = match std::env::var("RANK") {
+            Ok(r) => r
+                .parse()
+                .with_context(|| format!("RANK={r:?} is not a rank number"))?,
+            Err(_) => 0,
+        };
+        enable_tracker(rank);
+    }
 
     // Startup, then warm-up.
     state_tracker().set_state(AppState::Startup, "");

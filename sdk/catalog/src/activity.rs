@@ -1,6 +1,6 @@
 //! The worker-activity families of the Python `higgsmeter` 0.1.1.
 
-use crate::{Family, Kind};
+use crate::{Family, Fleet, Kind};
 
 /// `worker_activity_time_seconds_total` (counter, seconds): total cumulative seconds
 /// spent in each (state, operation).
@@ -16,6 +16,7 @@ pub const WORKER_ACTIVITY_TIME: Family = Family {
     unit: "s",
     labels: &["state", "operation"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `worker_current_state` (gauge): the worker's current state as a number, for alerting.
@@ -30,6 +31,7 @@ pub const WORKER_CURRENT_STATE: Family = Family {
     unit: "1",
     labels: &[],
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// The activity families every tracked worker exports.

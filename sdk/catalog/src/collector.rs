@@ -1,6 +1,6 @@
 //! The collector's own families (its health and throughput) and the families it derives.
 
-use crate::{Family, Kind};
+use crate::{Family, Fleet, Kind};
 
 /// `worker_sources_in_state` (gauge): live sources whose `worker_current_state` is in
 /// each state.
@@ -16,6 +16,7 @@ pub const WORKER_SOURCES_IN_STATE: Family = Family {
     unit: "{source}",
     labels: &["state"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_requests_total` (counter): OTLP export requests received, by
@@ -27,6 +28,7 @@ pub const COLLECTOR_REQUESTS: Family = Family {
     unit: "{request}",
     labels: &["transport"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_requests_refused_total` (counter): whole OTLP requests refused
@@ -46,6 +48,7 @@ pub const COLLECTOR_REQUESTS_REFUSED: Family = Family {
     unit: "{request}",
     labels: &["transport", "reason"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_points_received_total` (counter): data points read from
@@ -57,6 +60,7 @@ pub const COLLECTOR_POINTS_RECEIVED: Family = Family {
     unit: "{point}",
     labels: &["transport"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_points_refused_total` (counter): data points refused (reported
@@ -77,6 +81,7 @@ pub const COLLECTOR_POINTS_REFUSED: Family = Family {
     unit: "{point}",
     labels: &["reason"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_sources` (gauge): sources (distinct OTLP resources) heard
@@ -88,6 +93,7 @@ pub const COLLECTOR_SOURCES: Family = Family {
     unit: "{source}",
     labels: &[],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_series` (gauge): series held in memory, by view: `source`
@@ -100,6 +106,7 @@ pub const COLLECTOR_SERIES: Family = Family {
     unit: "{series}",
     labels: &["view"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_exports_total` (counter): requests to the upstream, by
@@ -112,6 +119,7 @@ pub const COLLECTOR_EXPORTS: Family = Family {
     unit: "{request}",
     labels: &["exporter", "outcome"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_export_queue_depth` (gauge): export requests waiting in the
@@ -123,6 +131,7 @@ pub const COLLECTOR_EXPORT_QUEUE_DEPTH: Family = Family {
     unit: "{request}",
     labels: &["exporter"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_export_dropped_points_total` (counter): points (remote
@@ -138,6 +147,7 @@ pub const COLLECTOR_EXPORT_DROPPED: Family = Family {
     unit: "{point}",
     labels: &["exporter", "reason"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_checkpoints_total` (counter): writes of the aggregation
@@ -150,6 +160,7 @@ pub const COLLECTOR_CHECKPOINTS: Family = Family {
     unit: "{checkpoint}",
     labels: &["outcome"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_connections_refused_total` (counter): connections closed at
@@ -161,6 +172,7 @@ pub const COLLECTOR_CONNECTIONS_REFUSED: Family = Family {
     unit: "{connection}",
     labels: &["transport"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_tls_handshakes_failed_total` (counter): TLS handshakes that
@@ -173,6 +185,7 @@ pub const COLLECTOR_TLS_HANDSHAKES_FAILED: Family = Family {
     unit: "{handshake}",
     labels: &["listener"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_spans_received_total` (counter): spans the traces pipeline
@@ -184,6 +197,7 @@ pub const COLLECTOR_SPANS_RECEIVED: Family = Family {
     unit: "{span}",
     labels: &["transport"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_spans_exported_total` (counter): spans the traces pipeline
@@ -197,6 +211,7 @@ pub const COLLECTOR_SPANS_EXPORTED: Family = Family {
     unit: "{span}",
     labels: &["exporter", "outcome"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// Every family the collector exports about itself or derives for the fleet view.

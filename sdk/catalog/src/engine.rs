@@ -6,7 +6,7 @@
 //! the names cannot drift. `model_name` is added by the API server and is not listed
 //! in `labels`.
 
-use crate::{Family, Kind};
+use crate::{Family, Fleet, Kind};
 
 /// How often the conductor sends its status message while metrics are on, in seconds.
 ///
@@ -37,6 +37,7 @@ pub const MSTAR_BATCH_SIZE: Family = Family {
     buckets: &[
         1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
     ],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_component_in_flight` (gauge): Running requests with a pass on this graph node that the conductor dispatched and whose completion it has not received yet.
@@ -47,6 +48,7 @@ pub const MSTAR_COMPONENT_IN_FLIGHT: Family = Family {
     unit: "{request}",
     labels: &["component"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_component_pending_steps` (gauge): Requests whose next step on this graph node is ready (its inputs arrived) but not in a running step: waiting for a batch slot, or for the worker to schedule the node.
@@ -57,6 +59,7 @@ pub const MSTAR_COMPONENT_PENDING_STEPS: Family = Family {
     unit: "{request}",
     labels: &["component"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_conductor_requests` (gauge): Requests the conductor holds, by state.
@@ -67,6 +70,7 @@ pub const MSTAR_CONDUCTOR_REQUESTS: Family = Family {
     unit: "{request}",
     labels: &["state"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_kv_pages_cached` (gauge): Pages of a paged KV cache its prefix cache names, including pages running requests also hold; the cache frees the others on demand.
@@ -77,6 +81,7 @@ pub const MSTAR_KV_PAGES_CACHED: Family = Family {
     unit: "{page}",
     labels: &["component", "resource"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_kv_pages_total` (gauge): Pages of a paged KV cache that requests can hold.
@@ -87,6 +92,7 @@ pub const MSTAR_KV_PAGES_TOTAL: Family = Family {
     unit: "{page}",
     labels: &["component", "resource"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_kv_pages_used` (gauge): Pages of a paged KV cache not on its free list: held by requests, or kept by the prefix cache (see mstar_kv_pages_cached).
@@ -97,6 +103,7 @@ pub const MSTAR_KV_PAGES_USED: Family = Family {
     unit: "{page}",
     labels: &["component", "resource"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_prefix_cache_hit_tokens_total` (counter): Prompt tokens the prefix cache already held at that lookup.
@@ -107,6 +114,7 @@ pub const MSTAR_PREFIX_CACHE_HIT_TOKENS_TOTAL: Family = Family {
     unit: "{token}",
     labels: &["component"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_prefix_cache_query_tokens_total` (counter): Prompt tokens looked up in the prefix cache, once per request.
@@ -117,6 +125,7 @@ pub const MSTAR_PREFIX_CACHE_QUERY_TOKENS_TOTAL: Family = Family {
     unit: "{token}",
     labels: &["component"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_step_seconds` (histogram): Engine steps: from the later of the step's hand-off to the GPU thread and the end of the worker's previous step, to the end of this step's postprocess. In steady state, the interval between step completions.
@@ -130,6 +139,7 @@ pub const MSTAR_STEP_SECONDS: Family = Family {
         0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1,
         0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     ],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_transfer_bytes_total` (counter): Tensor bytes the consumer read from the producer over this edge.
@@ -140,6 +150,7 @@ pub const MSTAR_TRANSFER_BYTES_TOTAL: Family = Family {
     unit: "By",
     labels: &["src", "dst", "transport"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_transfer_seconds` (histogram): Consumer-side time to read one edge's tensors from the producer (one observation per edge read; the producer's own write or registration is not included).
@@ -153,6 +164,7 @@ pub const MSTAR_TRANSFER_SECONDS: Family = Family {
         1e-05, 2.5e-05, 5e-05, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
         0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
     ],
+    fleet: Fleet::Sum,
 };
 
 /// `mstar_transfers_total` (counter): Tensors the consumer read from the producer over this edge.
@@ -163,6 +175,7 @@ pub const MSTAR_TRANSFERS_TOTAL: Family = Family {
     unit: "{tensor}",
     labels: &["src", "dst", "transport"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// Families the engine workers report to the conductor (`WorkerStatus`); the conductor

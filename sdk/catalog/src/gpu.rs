@@ -27,7 +27,7 @@
 //! A reading a device does not support is left out of its family for that device,
 //! never reported as 0: a missing series means "unavailable", 0 means "idle".
 
-use crate::{Family, Kind};
+use crate::{Family, Fleet, Kind};
 
 /// Labels every GPU series carries, in order: `hw.type`, `hw.id`, `hw.name`, `hw.gpu.index`.
 pub const GPU_DEVICE_LABELS: &[&str] = &["hw.type", "hw.id", "hw.name", "hw.gpu.index"];
@@ -45,6 +45,7 @@ pub const HW_GPU_UTILIZATION: Family = Family {
     unit: "1",
     labels: &["hw.type", "hw.id", "hw.name", "hw.gpu.index", "hw.gpu.task"],
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// `hw.gpu.utilization`: the OpenTelemetry instrument name of [`HW_GPU_UTILIZATION`]
@@ -60,6 +61,7 @@ pub const HW_GPU_MEMORY_USAGE: Family = Family {
     unit: "By",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `hw_gpu_memory_limit` (gauge, bytes; OTel `hw.gpu.memory.limit`): total device memory.
@@ -70,6 +72,7 @@ pub const HW_GPU_MEMORY_LIMIT: Family = Family {
     unit: "By",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `hw_gpu_memory_utilization` (gauge, ratio 0..1; OTel `hw.gpu.memory.utilization`):
@@ -82,6 +85,7 @@ pub const HW_GPU_MEMORY_UTILIZATION: Family = Family {
     unit: "1",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// `hw_power` (gauge, watts; OTel `hw.power` with `hw.type=gpu`): the board's power
@@ -93,6 +97,7 @@ pub const HW_POWER: Family = Family {
     unit: "W",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `hw_energy_total` (counter, joules; OTel `hw.energy` with `hw.type=gpu`): energy consumed
@@ -104,6 +109,7 @@ pub const HW_ENERGY: Family = Family {
     unit: "J",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `hw_errors_total` (counter; OTel `hw.errors` with `hw.type=gpu`): ECC memory errors since
@@ -118,6 +124,7 @@ pub const HW_ERRORS: Family = Family {
     unit: "{error}",
     labels: &["hw.type", "hw.id", "hw.name", "hw.gpu.index", "error.type"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `hw_gpu_temperature` (gauge, °C; higgsmeter extension `hw.gpu.temperature`): the GPU
@@ -129,6 +136,7 @@ pub const HW_GPU_TEMPERATURE: Family = Family {
     unit: "Cel",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// `hw_gpu_clock_sm` (gauge, hertz; higgsmeter extension `hw.gpu.clock.sm`): the current
@@ -140,6 +148,7 @@ pub const HW_GPU_CLOCK_SM: Family = Family {
     unit: "Hz",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// `hw_gpu_throttle` (gauge, 0 or 1; higgsmeter extension `hw.gpu.throttle`): whether
@@ -162,6 +171,7 @@ pub const HW_GPU_THROTTLE: Family = Family {
         "hw.gpu.throttle.reason",
     ],
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// The values of `hw.gpu.throttle.reason`, NVML's `nvmlClocksThrottleReason*` flags in
@@ -193,6 +203,7 @@ pub const HW_GPU_PROCESS_MEMORY_USAGE: Family = Family {
     unit: "By",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `hw_gpu_session_active_time_total` (counter, seconds; higgsmeter extension
@@ -215,6 +226,7 @@ pub const HW_GPU_SESSION_ACTIVE_TIME: Family = Family {
     unit: "s",
     labels: &["hw.type", "hw.id", "hw.name", "hw.gpu.index", "state"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `hw_gpu_session_utilization_peak` (gauge, ratio 0..1; higgsmeter extension
@@ -226,6 +238,7 @@ pub const HW_GPU_SESSION_UTILIZATION_PEAK: Family = Family {
     unit: "1",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// `hw_gpu_session_memory_usage_peak` (gauge, bytes; higgsmeter extension
@@ -238,6 +251,7 @@ pub const HW_GPU_SESSION_MEMORY_USAGE_PEAK: Family = Family {
     unit: "By",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// `hw_gpu_session_samples_total` (counter; higgsmeter extension `hw.gpu.session.samples`):
@@ -249,6 +263,7 @@ pub const HW_GPU_SESSION_SAMPLES: Family = Family {
     unit: "{sample}",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `hw_gpu_session_time_to_first_active` (gauge, seconds; higgsmeter extension
@@ -261,6 +276,7 @@ pub const HW_GPU_SESSION_TIME_TO_FIRST_ACTIVE: Family = Family {
     unit: "s",
     labels: GPU_DEVICE_LABELS,
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// Every GPU family the NVML meter exports.

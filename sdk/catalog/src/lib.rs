@@ -77,6 +77,41 @@ impl Kind {
     }
 }
 
+/// How a fleet view (the collector's `/metrics`) combines one gauge's series from
+/// several sources: only by a rule that fits what the gauge measures.
+///
+/// A queue depth or a page count adds up over workers ([`Fleet::Sum`]); a temperature,
+/// a utilisation or a state code does not, and summing them shows a number nobody can
+/// justify (two GPUs at 60 and 61 °C are not at 121 °C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Fleet {
+    /// The sum over sources: counts of things each source holds (queue depths, pages,
+    /// requests in flight, bytes of memory, watts). Every counter and histogram.
+    Sum,
+    /// The largest value among sources (e.g. a peak, a worst-case lag).
+    Max,
+    /// The smallest value among sources (e.g. free headroom).
+    Min,
+    /// The mean over sources (e.g. a fleet-wide average utilisation).
+    Mean,
+    /// Not combined: each source's series stays as it is, with the source's identity
+    /// labels (a state code, a device's temperature or clock).
+    PerSource,
+}
+
+impl Fleet {
+    /// The collector config's spelling: `sum`, `max`, `min`, `mean` or `per_source`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Fleet::Sum => "sum",
+            Fleet::Max => "max",
+            Fleet::Min => "min",
+            Fleet::Mean => "mean",
+            Fleet::PerSource => "per_source",
+        }
+    }
+}
+
 /// One metric family: everything needed to create its instrument and to export it.
 ///
 /// The seed's `Family(name, kind, help, labels, buckets=())` plus an OpenTelemetry
@@ -95,6 +130,10 @@ pub struct Family {
     pub labels: &'static [&'static str],
     /// Explicit histogram bucket upper bounds; empty for counters and gauges.
     pub buckets: &'static [f64],
+    /// How a collector's fleet view combines this family's series from several
+    /// sources (ranks, workers, hosts). Counters and histograms are always
+    /// [`Fleet::Sum`]; a gauge says which rule fits what it measures.
+    pub fleet: Fleet,
 }
 
 impl Family {
@@ -145,4 +184,21 @@ pub fn find(name: &str) -> Option<&'static Family> {
         .iter()
         .flat_map(|group| group.iter())
         .find(|family| family.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_and_histograms_sum_and_state_codes_do_not() {
+        for family in ALL_FAMILY_GROUPS.iter().flat_map(|g| g.iter()) {
+            if family.kind != Kind::Gauge {
+                assert_eq!(family.fleet, Fleet::Sum, "{}", family.name);
+            }
+        }
+        assert_eq!(WORKER_CURRENT_STATE.fleet, Fleet::PerSource);
+        assert_eq!(HW_GPU_TEMPERATURE.fleet, Fleet::PerSource);
+        assert_eq!(MSTAR_KV_PAGES_USED.fleet, Fleet::Sum);
+    }
 }

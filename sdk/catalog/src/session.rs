@@ -22,7 +22,7 @@
 //! - `session.process.name`: a watched process name (`sleap-label`, `sleap-train`,
 //!   `sleap-track`), bounded by the agent's configuration.
 
-use crate::{Family, Kind};
+use crate::{Family, Fleet, Kind};
 
 /// The window buckets, in the lab agent's `WINDOW_BUCKETS` order: the values of the
 /// `session.window.bucket` label.
@@ -37,6 +37,7 @@ pub const SESSION_SAMPLES: Family = Family {
     unit: "{sample}",
     labels: &[],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `session_window_time_total` (counter, seconds; `session.window.time`): seconds the
@@ -49,6 +50,7 @@ pub const SESSION_WINDOW_TIME: Family = Family {
     unit: "s",
     labels: &["session.window.bucket"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `session_process_time_to_first_seen` (gauge, whole seconds;
@@ -62,6 +64,7 @@ pub const SESSION_PROCESS_TIME_TO_FIRST_SEEN: Family = Family {
     unit: "s",
     labels: &["session.process.name"],
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// `session_training_labeled_frames_max` (gauge; `session.training.labeled_frames.max`):
@@ -73,6 +76,7 @@ pub const SESSION_TRAINING_LABELED_FRAMES_MAX: Family = Family {
     unit: "{frame}",
     labels: &[],
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// `session_training_epochs_completed` (gauge; `session.training.epochs_completed`): the
@@ -85,6 +89,7 @@ pub const SESSION_TRAINING_EPOCHS_COMPLETED: Family = Family {
     unit: "{epoch}",
     labels: &[],
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// `session_training_loss` (gauge; `session.training.loss`): the last training loss
@@ -96,6 +101,7 @@ pub const SESSION_TRAINING_LOSS: Family = Family {
     unit: "1",
     labels: &[],
     buckets: &[],
+    fleet: Fleet::PerSource,
 };
 
 /// Every family the session agent exports.

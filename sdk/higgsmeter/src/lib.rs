@@ -85,7 +85,7 @@
 //! | `OTEL_SERVICE_NAME` | `service.name` | the executable's name |
 //! | `OTEL_RESOURCE_ATTRIBUTES` | extra resource attributes, `k=v,...` | none |
 //! | `OTEL_SDK_DISABLED` | `true`: track, but export nothing | `false` |
-//! | `HIGGSMETER_PROMETHEUS_ADDR` | serve `/metrics` here, e.g. `127.0.0.1:9464` | off |
+//! | `HIGGSMETER_PROMETHEUS_ADDR` | serve `/metrics` here, e.g. `127.0.0.1:9465` (9464 is the collector's) | off |
 //! | `RANK`, `WORLD_SIZE`, `LOCAL_RANK` | resource attributes `rank`, `world_size`, `local_rank` | unset |
 //! | `RUST_LOG` | what higgsmeter's own log (stderr) shows, e.g. `warn,higgsmeter=info` | `warn` |
 //! | `OTEL_TRACES_EXPORTER` | `otlp`: also export spans (`traces` feature); `none`: don't | off |

@@ -13,8 +13,8 @@ use higgsmeter_catalog::{
     WORKER_SOURCES_IN_STATE,
 };
 
-use super::super::cluster::{ClusterReading, SourceReading, rank_order};
-use super::super::config::GaugeAggregation;
+use super::super::cluster::{ClusterReading, CollectorClock, SourceReading, rank_order};
+use super::super::config::{GaugeAcc, GaugeAggregation};
 use super::super::naming::render_labels;
 use super::super::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row, RowValue, Rows};
 use super::super::{MetricKind, RefusalReason, View};
@@ -191,13 +191,10 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
 
 /// Fleet gauges combined over live sources, by fleet entry.
 pub(crate) fn fleet_gauges(store: &Store, now: u64) -> Vec<Option<(f64, u64)>> {
-    let mut acc: Vec<Option<(f64, u64)>> = vec![None; store.fleet.len()];
+    let mut acc: Vec<Option<GaugeAcc>> = vec![None; store.fleet.len()];
     for s in store.series.iter().flatten() {
         let metric = &store.metrics[s.metric as usize];
-        if metric.kind != MetricKind::Gauge
-            || metric.gauge_agg == GaugeAggregation::PerSource
-            || !s.counted
-        {
+        if metric.kind != MetricKind::Gauge || !metric.gauge_agg.combines() || !s.counted {
             continue;
         }
         let state = s.state();
@@ -210,7 +207,13 @@ pub(crate) fn fleet_gauges(store: &Store, now: u64) -> Vec<Option<(f64, u64)>> {
         let a = &mut acc[s.fleet as usize];
         *a = Some(metric.gauge_agg.fold(*a, value, updated));
     }
-    acc
+    acc.iter()
+        .zip(&store.fleet)
+        .map(|(a, f)| {
+            let rule = store.metrics[f.metric as usize].gauge_agg;
+            a.map(|a| a.finish(rule))
+        })
+        .collect()
 }
 
 fn with_static(store: &Store, pairs: &[(&str, &str)]) -> Arc<str> {
@@ -576,5 +579,9 @@ pub(crate) fn cluster_read(store: &Store, now: u64) -> ClusterReading {
         })
         .collect();
     sources.sort_by(rank_order);
-    ClusterReading { now, sources }
+    ClusterReading {
+        now,
+        clock: CollectorClock::default(),
+        sources,
+    }
 }

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo run --release -p higgsmeter-examples --bin demo                 # until ctrl-c
-//! cargo run --release -p higgsmeter-examples --bin demo -- --ranks 8 --duration 30 --plain
+//! cargo run --release -p higgsmeter-examples --bin demo -- --ranks 8 --duration 10 --plain
 //! ```
 //!
 //! The collector runs in this process, as a library ([`Collector::start`]), on
@@ -17,7 +17,7 @@
 mod view;
 mod worker;
 
-use std::io::Write as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -40,7 +40,8 @@ struct Cli {
     /// Stop after this many seconds (default: run until ctrl-c).
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
-    /// Print plain blocks instead of redrawing the screen.
+    /// Print plain blocks instead of redrawing the screen (the default when standard
+    /// output is not a terminal: a file or a pipe gets no clear-screen codes).
     #[arg(long)]
     plain: bool,
     /// OTLP/gRPC listen address (no fallback), e.g. 127.0.0.1:4317 (port 0: any free port).
@@ -175,6 +176,7 @@ async fn current_view(running: &RunningCollector, prometheus: &str, elapsed: Dur
 /// Runs the demo until ctrl-c/SIGTERM or `duration`; stops the workers on the way out.
 async fn demo(cli: Cli) -> anyhow::Result<()> {
     let duration = cli.duration.map(|d| seconds(d, "--duration")).transpose()?;
+    let plain = cli.plain || !std::io::stdout().is_terminal();
     let running = start_collector(&Overrides {
         grpc: cli.grpc,
         http: cli.http,
@@ -211,7 +213,7 @@ async fn demo(cli: Cli) -> anyhow::Result<()> {
             _ = tick.tick() => {
                 let view = current_view(&running, &prometheus, started.elapsed()).await;
                 let mut stdout = std::io::stdout().lock();
-                let _ = if cli.plain { writeln!(stdout, "{view}") } else { write!(stdout, "\x1b[2J\x1b[H{view}") };
+                let _ = if plain { writeln!(stdout, "{view}") } else { write!(stdout, "\x1b[2J\x1b[H{view}") };
                 let _ = stdout.flush();
             }
         }
