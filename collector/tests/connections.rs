@@ -618,3 +618,59 @@ fn a_full_receiver_sheds_stuck_connections_for_real_exporters() {
         n,
     );
 }
+
+/// A connection that finished its opening and then sends nothing is closed after the
+/// receiver's idle limit (gRPC `max_connection_idle`, HTTP `read_header_timeout`) and
+/// counted as `idle_timeout`.
+#[test]
+fn idle_connections_are_closed_after_their_limit_and_counted() {
+    use std::io::{Read as _, Write as _};
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let c = Collector::start(
+        "receivers:\n  otlp:\n    protocols:\n\
+         \x20     grpc:\n        endpoint: 127.0.0.1:0\n        max_connection_idle: 1s\n\
+         \x20     http:\n        endpoint: 127.0.0.1:0\n        read_header_timeout: 1s\n\
+         exporters:\n  prometheus:\n    endpoint: 127.0.0.1:0\n",
+    );
+    let started = Instant::now();
+    let closed_after = |mut s: std::net::TcpStream| {
+        s.set_read_timeout(Some(CLOSED_WITHIN)).expect("timeout");
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => return started.elapsed(),
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    return started.elapsed();
+                }
+                Err(e) => panic!("the idle connection stayed open: {e}"),
+            }
+        }
+    };
+    // gRPC: the preface and an empty SETTINGS frame, then nothing.
+    let mut grpc = std::net::TcpStream::connect(c.grpc).expect("connect");
+    grpc.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .expect("write");
+    // HTTP: one whole request, then nothing.
+    let mut http = std::net::TcpStream::connect(c.http).expect("connect");
+    http.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+        .expect("write");
+    let (g, h) = (closed_after(grpc), closed_after(http));
+    eprintln!("idle: gRPC closed after {g:?}, HTTP after {h:?} (limits 1 s)");
+    assert!(g >= Duration::from_millis(900) && h >= Duration::from_millis(900));
+    for transport in ["grpc", "http"] {
+        let (closed, _) = closes(&c, transport);
+        assert_eq!(
+            closed.get("idle_timeout").copied(),
+            Some(1.0),
+            "{transport}: {closed:?}"
+        );
+        assert_eq!(
+            closed.get("opening_timeout").copied(),
+            Some(0.0),
+            "{transport}: {closed:?}"
+        );
+    }
+}
