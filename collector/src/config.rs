@@ -728,6 +728,8 @@ mod tests {
         let text = include_str!("../../otel-config/collector.yaml");
         let plan = Config::from_yaml(text).unwrap().plan().unwrap();
         assert!(plan.grpc.is_some() && plan.http.is_some() && plan.prometheus.is_some());
+        // The built-in defaults, written out.
+        assert_eq!(plan.limits, ReceiverLimits::default());
     }
 
     #[test]

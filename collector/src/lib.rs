@@ -450,9 +450,9 @@ impl RunningCollector {
         self.cancel.clone()
     }
 
-    /// Stops within `service.shutdown_timeout`, whatever clients do: stops accepting
-    /// and lets requests in flight finish (up to half the time; connections still
-    /// open then are dropped), refuses anything later as unavailable, flushes the
+    /// Stops within `service.shutdown_timeout`, whatever clients do: stops accepting,
+    /// closes unfinished and idle connections at once and lets requests in flight
+    /// finish (up to half the time; connections still open then are dropped), refuses anything later as unavailable, flushes the
     /// upstream exporters, OTLP and remote write (up to 80 % of the time), writes the
     /// final checkpoint, and returns whether it all finished in time.
     pub async fn shutdown(self) -> bool {
