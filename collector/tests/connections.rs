@@ -42,7 +42,10 @@ fn fd_limit() -> u64 {
         rlim_max: 0,
     };
     // SAFETY: getrlimit/setrlimit write/read only the struct passed.
-    #[allow(unsafe_code)]
+    #[allow(
+        unsafe_code,
+        reason = "getrlimit/setrlimit: the test scales to the fd limit"
+    )]
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
             return 1024;
