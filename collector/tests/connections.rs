@@ -2,7 +2,9 @@
 //! 1), against real sockets on 127.0.0.1: thousands of connections that send nothing,
 //! or only part of their opening (the HTTP/2 preface, a request's headers, a TLS
 //! ClientHello, or a finished TLS handshake and then half an opening), on both
-//! receivers, plaintext and TLS, while real exporters keep pushing. Checked: the
+//! receivers, plaintext and TLS, while real exporters keep pushing (the Python
+//! OpenTelemetry SDK's gRPC and HTTP exporters, over TLS too; the repo's demo workers,
+//! on the Rust SDK, in plaintext). Checked: the
 //! exporters' totals arrive exactly (their retries included), every stuck connection is
 //! closed within the opening limit (or sooner, shed for a newcomer), each close is
 //! counted, the collector's memory stays bounded, and SIGTERM with stuck connections
@@ -23,6 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use higgsmeter_catalog::WORKER_ACTIVITY_TIME;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 use support::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -450,6 +453,68 @@ fn pushed(child: Child) -> f64 {
     v["total"].as_f64().expect("total")
 }
 
+/// Starts the repo's demo workers (the Rust SDK's OTLP exporters, gRPC and HTTP),
+/// plaintext only: ranks 20 (gRPC) and 21 (HTTP).
+fn sdk_workers(c: &Collector, seconds: f64) -> Vec<(u32, Child)> {
+    let secs = seconds.to_string();
+    let extra = ["--duration", secs.as_str(), "--print-totals"];
+    vec![
+        (
+            20,
+            spawn_worker(20, &format!("http://{}", c.grpc), false, &extra),
+        ),
+        (
+            21,
+            spawn_worker(21, &format!("http://{}", c.http), true, &extra),
+        ),
+    ]
+}
+
+/// A demo worker's `worker_activity_time` per `state/operation` as the collector has it.
+fn activity(c: &Collector, rank: u32) -> BTreeMap<String, f64> {
+    let rank = rank.to_string();
+    c.sources()
+        .iter()
+        .filter(|s| s.name == WORKER_ACTIVITY_TIME.name && s.label("rank") == Some(&rank))
+        .map(|s| {
+            (
+                format!(
+                    "{}/{}",
+                    s.label("state").unwrap_or(""),
+                    s.label("operation").unwrap_or("")
+                ),
+                s.value,
+            )
+        })
+        .collect()
+}
+
+/// The worker's own totals are the collector's (the shutdown state, read by the
+/// exporter a moment after the worker's snapshot, at least).
+fn worker_totals_arrived(c: &Collector, name: &str, rank: u32, own: &BTreeMap<String, f64>) {
+    let matches = |seen: &BTreeMap<String, f64>| {
+        own.iter().all(|(key, secs)| {
+            seen.get(key).is_some_and(|got| {
+                if key.starts_with("shutdown/") {
+                    *got >= secs - 1e-9
+                } else {
+                    (got - secs).abs() < 1e-9
+                }
+            })
+        })
+    };
+    wait_for_or(
+        Duration::from_secs(20),
+        || {
+            format!(
+                "{name}: demo worker {rank}: its totals {own:?}, the collector's {:?}",
+                activity(c, rank)
+            )
+        },
+        || matches(&activity(c, rank)).then_some(()),
+    );
+}
+
 /// The collector's `py_push_requests_total` of `rank`.
 fn received(c: &Collector, rank: u32) -> f64 {
     sum(
@@ -487,6 +552,12 @@ fn scenario(name: &str, tls: Option<&Pki>, per_peer: Option<usize>, kinds: &[Stu
     let ports = [(Port::Grpc, c.grpc), (Port::Http, c.http)];
     let pushing = 14.0;
     let pushers = python_pushers(&c, tls, pushing);
+    // The demo workers speak plaintext only.
+    let workers = if tls.is_none() {
+        sdk_workers(&c, pushing - 2.0)
+    } else {
+        Vec::new()
+    };
     // Let the exporters connect first, then attack while they push.
     std::thread::sleep(Duration::from_secs(3));
     let attack_started = Instant::now();
@@ -506,6 +577,11 @@ fn scenario(name: &str, tls: Option<&Pki>, per_peer: Option<usize>, kinds: &[Stu
             },
             || ((received(&c, rank) - total).abs() < 1e-9).then_some(()),
         );
+    }
+    for (rank, child) in workers {
+        let own = worker_totals(child);
+        assert!(own.len() >= 4, "{name}: worker {rank}: {own:?}");
+        worker_totals_arrived(&c, name, rank, &own);
     }
     let stuck_per_port = n * kinds.len();
     let mut report = Vec::new();
