@@ -267,6 +267,36 @@ const HALF_CLIENT_HELLO: &[u8] = &[
     0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03,
 ];
 
+/// TCP keep-alive probes after 3 s idle, every second. A burst can overflow the
+/// listen backlog: the kernel then drops the client's last handshake ACK, the client
+/// believes it is connected, and the server side (never accepted, so never seen by the
+/// collector) may be forgotten without a word; a silent client would wait forever. A
+/// probe either completes the handshake once the backlog has room (the collector then
+/// times the connection out as usual) or draws a reset.
+fn keepalive(tcp: &TcpStream) {
+    use std::os::fd::AsRawFd as _;
+    let fd = tcp.as_raw_fd();
+    for (level, option, value) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 3),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3),
+    ] {
+        let value: libc::c_int = value;
+        // SAFETY: a valid open socket, and a c_int option value of the size passed.
+        #[allow(unsafe_code, reason = "setsockopt: TCP keep-alive timing")]
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                option,
+                (&raw const value).cast::<libc::c_void>(),
+                libc::socklen_t::try_from(std::mem::size_of::<libc::c_int>()).unwrap_or(4),
+            );
+        }
+    }
+}
+
 /// Opens one stuck connection and waits until the collector closes it: how long that
 /// took from the connect, or an error (connect failed, or still open after
 /// [`CLOSED_WITHIN`]).
@@ -280,6 +310,7 @@ async fn stuck(
     let mut tcp = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
+    keepalive(&tcp);
     let mut connecting = Some(connecting);
     let started = Instant::now();
     let partial = match port {
