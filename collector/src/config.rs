@@ -131,6 +131,11 @@ pub struct Protocols {
     pub http: Option<HttpReceiver>,
 }
 
+/// The default `max_connections_per_peer` of both receivers (or their
+/// `max_connections` when that is lower): an eighth of the default `max_connections`,
+/// room for a node's ranks and exporters many times over.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 128;
+
 /// `receivers.otlp.protocols.grpc`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -139,9 +144,24 @@ pub struct GrpcReceiver {
     pub endpoint: String,
     /// Largest accepted message, MiB, after decompression (default 16).
     pub max_recv_msg_size_mib: u64,
-    /// Most connections open at once (default 1024); more are closed at once, logged
-    /// and counted (`higgsmeter_collector_connections_refused_total`).
+    /// Most connections open at once (default 1024). When all are taken, a new
+    /// connection takes the place of the newest one that has not finished its opening,
+    /// or else of the newest idle one; when every one is busy it is closed at once,
+    /// logged and counted (`higgsmeter_collector_connections_refused_total`).
     pub max_connections: usize,
+    /// Most connections open at once from one peer address (1 to `max_connections`;
+    /// default 128, or `max_connections` when that is lower); past it the peer's newest
+    /// unfinished or idle connection makes room, or the new one is refused.
+    pub max_connections_per_peer: Option<usize>,
+    /// Longest from accept to a finished opening: the TLS handshake (with `tls`), then
+    /// the HTTP/2 preface and SETTINGS (default 10 s); then the connection is closed and
+    /// counted (`higgsmeter_collector_connections_closed_total{reason="opening_timeout"}`).
+    #[serde(with = "duration_serde")]
+    pub handshake_timeout: Duration,
+    /// Longest a connection may stay open with no request in flight (default 2 m);
+    /// then it is closed and counted (`reason="idle_timeout"`).
+    #[serde(with = "duration_serde")]
+    pub max_connection_idle: Duration,
     /// Longest a request may take to arrive and be answered (default 30 s).
     #[serde(with = "duration_serde")]
     pub read_timeout: Duration,
@@ -158,6 +178,9 @@ impl Default for GrpcReceiver {
             endpoint: "127.0.0.1:4317".into(),
             max_recv_msg_size_mib: 16,
             max_connections: 1024,
+            max_connections_per_peer: None,
+            handshake_timeout: Duration::from_secs(10),
+            max_connection_idle: Duration::from_secs(120),
             read_timeout: Duration::from_secs(30),
             tls: None,
             auth: None,
@@ -173,11 +196,20 @@ pub struct HttpReceiver {
     pub endpoint: String,
     /// Largest accepted body, bytes, before and after decompression (default 16 MiB).
     pub max_request_body_size: u64,
-    /// Most connections open at once (default 1024); more get a 503 and are closed,
-    /// logged and counted (`higgsmeter_collector_connections_refused_total`).
+    /// Most connections open at once (default 1024). When all are taken, a new
+    /// connection takes the place of the newest one that has not sent its first
+    /// request's headers, or else of the newest idle one; when every one is busy it
+    /// gets a 503 and is closed, logged and counted
+    /// (`higgsmeter_collector_connections_refused_total`).
     pub max_connections: usize,
-    /// Longest wait for a request's headers, and for the next request on an idle
-    /// keep-alive connection (default 10 s); then the connection is closed.
+    /// Most connections open at once from one peer address (1 to `max_connections`;
+    /// default 128, or `max_connections` when that is lower); past it the peer's newest
+    /// unfinished or idle connection makes room, or the new one gets a 503.
+    pub max_connections_per_peer: Option<usize>,
+    /// Longest from accept to the first request's headers (the TLS handshake
+    /// included), and longest wait for the next request on an idle keep-alive
+    /// connection (default 10 s); then the connection is closed and counted
+    /// (`higgsmeter_collector_connections_closed_total{reason}`).
     #[serde(with = "duration_serde")]
     pub read_header_timeout: Duration,
     /// Longest wait for a request's whole body (default 30 s); then 408.
@@ -196,6 +228,7 @@ impl Default for HttpReceiver {
             endpoint: "127.0.0.1:4318".into(),
             max_request_body_size: 16 * 1024 * 1024,
             max_connections: 1024,
+            max_connections_per_peer: None,
             read_header_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(30),
             tls: None,
@@ -554,10 +587,18 @@ impl Security {
 pub struct ReceiverLimits {
     /// gRPC: most open connections.
     pub grpc_max_connections: usize,
+    /// gRPC: most open connections from one peer address.
+    pub grpc_max_connections_per_peer: usize,
+    /// gRPC: longest from accept to the end of the TLS handshake and HTTP/2 preface.
+    pub grpc_handshake_timeout: Duration,
+    /// gRPC: longest a connection may stay open with no request in flight.
+    pub grpc_max_connection_idle: Duration,
     /// gRPC: longest request.
     pub grpc_read_timeout: Duration,
     /// HTTP: most open connections.
     pub http_max_connections: usize,
+    /// HTTP: most open connections from one peer address.
+    pub http_max_connections_per_peer: usize,
     /// HTTP: longest wait for headers (and idle keep-alive).
     pub http_read_header_timeout: Duration,
     /// HTTP: longest wait for a body.
@@ -569,8 +610,12 @@ impl Default for ReceiverLimits {
         let (g, h) = (GrpcReceiver::default(), HttpReceiver::default());
         ReceiverLimits {
             grpc_max_connections: g.max_connections,
+            grpc_max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER.min(g.max_connections),
+            grpc_handshake_timeout: g.handshake_timeout,
+            grpc_max_connection_idle: g.max_connection_idle,
             grpc_read_timeout: g.read_timeout,
             http_max_connections: h.max_connections,
+            http_max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER.min(h.max_connections),
             http_read_header_timeout: h.read_header_timeout,
             http_read_timeout: h.read_timeout,
         }
@@ -692,6 +737,8 @@ mod tests {
         let text = include_str!("../../otel-config/collector.yaml");
         let plan = Config::from_yaml(text).unwrap().plan().unwrap();
         assert!(plan.grpc.is_some() && plan.http.is_some() && plan.prometheus.is_some());
+        // The built-in defaults, written out.
+        assert_eq!(plan.limits, ReceiverLimits::default());
     }
 
     #[test]
@@ -716,6 +763,98 @@ mod tests {
             "{err}"
         );
         assert!(Config::from_yaml("receivers: [1, 2").is_err());
+    }
+
+    #[test]
+    fn connection_limits_have_defaults_and_are_checked() {
+        let plan = Config::default().plan().unwrap();
+        let l = plan.limits;
+        assert_eq!(l.grpc_max_connections_per_peer, 128);
+        assert_eq!(l.http_max_connections_per_peer, 128);
+        assert!(l.grpc_max_connections_per_peer < l.grpc_max_connections / 4);
+        assert_eq!(l.grpc_handshake_timeout, Duration::from_secs(10));
+        assert_eq!(l.grpc_max_connection_idle, Duration::from_secs(120));
+        assert!(l.http_read_header_timeout <= Duration::from_secs(10));
+        let c = Config::from_yaml(
+            "receivers:\n  otlp:\n    protocols:\n      grpc:\n        max_connections_per_peer: 8\n        handshake_timeout: 2s\n        max_connection_idle: 30s\n      http:\n        max_connections_per_peer: 4\n",
+        )
+        .unwrap();
+        let l = c.plan().unwrap().limits;
+        assert_eq!(l.grpc_max_connections_per_peer, 8);
+        assert_eq!(l.grpc_handshake_timeout, Duration::from_secs(2));
+        assert_eq!(l.grpc_max_connection_idle, Duration::from_secs(30));
+        assert_eq!(l.http_max_connections_per_peer, 4);
+        for (yaml, key) in [
+            (
+                "grpc:\n        max_connections: 10\n        max_connections_per_peer: 11\n",
+                "receivers.otlp.protocols.grpc.max_connections_per_peer",
+            ),
+            (
+                "http:\n        max_connections_per_peer: 0\n",
+                "receivers.otlp.protocols.http.max_connections_per_peer",
+            ),
+            (
+                "grpc:\n        handshake_timeout: 0s\n",
+                "receivers.otlp.protocols.grpc",
+            ),
+            (
+                "grpc:\n        max_connection_idle: 0s\n",
+                "receivers.otlp.protocols.grpc",
+            ),
+        ] {
+            let c = Config::from_yaml(&format!(
+                "receivers:\n  otlp:\n    protocols:\n      {yaml}"
+            ))
+            .unwrap();
+            let err = c.plan().unwrap_err().to_string();
+            assert!(err.contains(key), "{yaml}: {err}");
+        }
+        let err = Config::from_yaml(
+            "receivers:\n  otlp:\n    protocols:\n      http:\n        handshake_timeout: 2s\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("handshake_timeout"), "{err}");
+        // A small max_connections lowers the default per-peer cap with it.
+        let c = Config::from_yaml(
+            "receivers:\n  otlp:\n    protocols:\n      http:\n        max_connections: 4\n",
+        )
+        .unwrap();
+        assert_eq!(c.plan().unwrap().limits.http_max_connections_per_peer, 4);
+    }
+
+    /// Every YAML snippet in the config reference parses; those that configure the
+    /// receivers and name no files on the operator's machine also pass every check
+    /// (the others are fragments to merge into a config).
+    #[test]
+    fn the_config_reference_snippets_are_valid() {
+        let text = include_str!("../../otel-config/README.md");
+        let mut snippets = Vec::new();
+        let mut current: Option<String> = None;
+        for line in text.lines() {
+            match (&mut current, line.trim_start()) {
+                (None, "```yaml") => current = Some(String::new()),
+                (Some(_), "```") => snippets.extend(current.take()),
+                (Some(s), _) => {
+                    s.push_str(line);
+                    s.push('\n');
+                }
+                (None, _) => {}
+            }
+        }
+        assert!(snippets.len() >= 4, "{snippets:?}");
+        let mut planned = 0;
+        for snippet in &snippets {
+            let config = Config::from_yaml(snippet)
+                .unwrap_or_else(|e| panic!("{e}\nin the snippet:\n{snippet}"));
+            if snippet.contains("receivers:") && !snippet.contains("/etc/") {
+                config
+                    .plan()
+                    .unwrap_or_else(|e| panic!("{e}\nin the snippet:\n{snippet}"));
+                planned += 1;
+            }
+        }
+        assert!(planned >= 1);
     }
 
     #[test]

@@ -214,10 +214,26 @@ impl Checkpointer {
     }
 }
 
+/// The listen backlog asked for (the kernel caps it at `net.core.somaxconn`, 4096 on
+/// current Linux): a burst of connections, stuck ones included, then waits in the
+/// kernel for the receiver to accept and time it, rather than overflowing the queue
+/// and having real exporters' handshakes dropped (tokio's `bind` asks for 1024).
+const LISTEN_BACKLOG: u32 = 4096;
+
 async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Error> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::Bind { what, addr, source })
+    let listen = || {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // What `TcpListener::bind` does on Unix: a restart may rebind at once.
+        #[cfg(unix)]
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    listen().map_err(|source| Error::Bind { what, addr, source })
 }
 
 impl Collector {
@@ -465,9 +481,9 @@ impl RunningCollector {
         self.cancel.clone()
     }
 
-    /// Stops within `service.shutdown_timeout`, whatever clients do: stops accepting
-    /// and lets requests in flight finish (up to half the time; connections still
-    /// open then are dropped), refuses anything later as unavailable, flushes the
+    /// Stops within `service.shutdown_timeout`, whatever clients do: stops accepting,
+    /// closes unfinished and idle connections at once and lets requests in flight
+    /// finish (up to half the time; connections still open then are dropped), refuses anything later as unavailable, flushes the
     /// upstream exporters, OTLP and remote write (up to 80 % of the time), writes the
     /// final checkpoint, and returns whether it all finished in time.
     pub async fn shutdown(self) -> bool {

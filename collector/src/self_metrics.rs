@@ -65,6 +65,40 @@ impl RequestRefusal {
     }
 }
 
+/// Why a receiver closed a connection before its peer did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CloseReason {
+    /// No finished opening (TLS handshake, HTTP/2 preface and SETTINGS, first request
+    /// headers) within the receiver's limit.
+    OpeningTimeout,
+    /// No request in flight for longer than the receiver allows.
+    IdleTimeout,
+    /// Unfinished or idle, closed to make room for a new connection.
+    Shed,
+    /// Unfinished or idle when the collector stopped.
+    Shutdown,
+}
+
+impl CloseReason {
+    pub(crate) const COUNT: usize = 4;
+    pub(crate) const ALL: [CloseReason; CloseReason::COUNT] = [
+        CloseReason::OpeningTimeout,
+        CloseReason::IdleTimeout,
+        CloseReason::Shed,
+        CloseReason::Shutdown,
+    ];
+
+    /// The `reason` label value.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::OpeningTimeout => "opening_timeout",
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::Shed => "shed",
+            CloseReason::Shutdown => "shutdown",
+        }
+    }
+}
+
 /// What became of forwarded spans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum SpanOutcome {
@@ -194,8 +228,11 @@ pub(crate) struct SelfMetrics {
     pub(crate) export_dropped: [[AtomicU64; DropReason::COUNT]; ExporterKind::COUNT],
     /// Checkpoint writes: `[ok, failed]`.
     pub(crate) checkpoints: [AtomicU64; 2],
-    /// Connections refused at a receiver's `max_connections`, per transport.
+    /// Connections refused at a receiver's `max_connections` (or the peer's
+    /// `max_connections_per_peer`), every one busy, per transport.
     pub(crate) connections_refused: [AtomicU64; 2],
+    /// Connections a receiver closed, per transport and [`CloseReason`].
+    pub(crate) connections_closed: [[AtomicU64; CloseReason::COUNT]; 2],
     /// Failed TLS handshakes, per [`Listener`].
     pub(crate) tls_handshakes_failed: [AtomicU64; 3],
     /// Spans received by the traces pipeline, per transport.
@@ -214,6 +251,10 @@ impl SelfMetrics {
 
     pub(crate) fn refuse_request(&self, t: Transport, reason: RequestRefusal) {
         self.requests_refused[t as usize][reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn close_connection(&self, t: Transport, reason: CloseReason) {
+        self.connections_closed[t as usize][reason as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn get(a: &AtomicU64) -> u64 {

@@ -471,8 +471,15 @@ fn connections_past_the_limit_are_refused_clearly_and_counted() {
         "receivers:\n  otlp:\n    protocols:\n      grpc:\n      http:\n        max_connections: 4\n",
     );
     let p = Proc::collector(&["--config", &config, "--storage", "none"]);
+    // Four busy connections: headers sent, the body still coming. (Idle or unfinished
+    // ones would make room for the newcomer instead: see tests/connections.rs.)
     let held: Vec<TcpStream> = (0..4)
-        .map(|_| TcpStream::connect(p.http()).expect("connect"))
+        .map(|_| {
+            let mut s = TcpStream::connect(p.http()).expect("connect");
+            s.write_all(b"POST /v1/metrics HTTP/1.1\r\nhost: x\r\ncontent-type: application/x-protobuf\r\ncontent-length: 100\r\n\r\nabc")
+                .expect("write");
+            s
+        })
         .collect();
     std::thread::sleep(Duration::from_millis(200));
     let mut extra = TcpStream::connect(p.http()).expect("connect");

@@ -26,6 +26,23 @@ fn resolve(path: &str, endpoint: &str) -> Result<SocketAddr, Error> {
         .ok_or_else(|| config_error(path, format!("`{endpoint}` resolves to no address")))
 }
 
+/// A per-peer cap: 1 to the receiver's `max_connections`; missing, the default (or
+/// `max_connections` when that is lower).
+fn check_per_peer(path: &str, per_peer: Option<usize>, max: usize) -> Result<usize, Error> {
+    let Some(per_peer) = per_peer else {
+        return Ok(DEFAULT_MAX_CONNECTIONS_PER_PEER.min(max));
+    };
+    if per_peer == 0 || per_peer > max {
+        return Err(config_error(
+            path,
+            format!(
+                "must be 1 to the receiver's max_connections ({max}); it is {per_peer} (default {DEFAULT_MAX_CONNECTIONS_PER_PEER})"
+            ),
+        ));
+    }
+    Ok(per_peer)
+}
+
 fn check_url(path: &str, url: &str) -> Result<(), Error> {
     let rest = url
         .strip_prefix("http://")
@@ -270,13 +287,25 @@ impl Config {
                     ));
                 }
                 plan.grpc = Some((addr, (g.max_recv_msg_size_mib * 1024 * 1024) as usize));
-                if g.max_connections == 0 || g.read_timeout.is_zero() {
+                if g.max_connections == 0
+                    || g.read_timeout.is_zero()
+                    || g.handshake_timeout.is_zero()
+                    || g.max_connection_idle.is_zero()
+                {
                     return Err(config_error(
                         "receivers.otlp.protocols.grpc",
-                        "max_connections and read_timeout must be more than 0",
+                        "max_connections, handshake_timeout, max_connection_idle and read_timeout must be more than 0",
                     ));
                 }
+                let grpc_per_peer = check_per_peer(
+                    "receivers.otlp.protocols.grpc.max_connections_per_peer",
+                    g.max_connections_per_peer,
+                    g.max_connections,
+                )?;
                 plan.limits.grpc_max_connections = g.max_connections;
+                plan.limits.grpc_max_connections_per_peer = grpc_per_peer;
+                plan.limits.grpc_handshake_timeout = g.handshake_timeout;
+                plan.limits.grpc_max_connection_idle = g.max_connection_idle;
                 plan.limits.grpc_read_timeout = g.read_timeout;
                 plan.security.grpc_tls =
                     self.server_tls("receivers.otlp.protocols.grpc.tls", &g.tls)?;
@@ -304,7 +333,13 @@ impl Config {
                         "max_connections, read_header_timeout and read_timeout must be more than 0",
                     ));
                 }
+                let http_per_peer = check_per_peer(
+                    "receivers.otlp.protocols.http.max_connections_per_peer",
+                    h.max_connections_per_peer,
+                    h.max_connections,
+                )?;
                 plan.limits.http_max_connections = h.max_connections;
+                plan.limits.http_max_connections_per_peer = http_per_peer;
                 plan.limits.http_read_header_timeout = h.read_header_timeout;
                 plan.limits.http_read_timeout = h.read_timeout;
                 plan.security.http_tls =

@@ -98,9 +98,8 @@ pub(crate) async fn serve(
     // Scrapers get the receivers' header-read (and keep-alive idle) timeout; no cap.
     let header_timeout = crate::config::HttpReceiver::default().read_header_timeout;
     crate::net::serve_http1(
-        LimitedListener::unlimited(listener),
+        LimitedListener::unlimited(listener, header_timeout, cancel.clone()),
         app,
-        header_timeout,
         tls,
         cancel,
     )

@@ -23,7 +23,7 @@ use crate::aggregate::Aggregator;
 use crate::auth::BearerAuth;
 use crate::config::ReceiverLimits;
 use crate::exporters::traces::{Refused, TraceForwarder, count_spans};
-use crate::net::LimitedListener;
+use crate::net::{ConnLimits, LimitedListener, TrackRequests};
 use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
 use crate::tls::TlsListener;
 
@@ -350,10 +350,14 @@ fn percent_decode(s: &str) -> String {
 }
 
 /// Serves OTLP/gRPC on `listener` until `cancel`: at most `limits.grpc_max_connections`
-/// connections, each request bounded by `limits.grpc_read_timeout`, idle connections
-/// probed with HTTP/2 pings. On `cancel` it stops accepting and lets requests in flight
-/// finish; the caller bounds that wait (`service.shutdown_timeout`). With `tls` the
-/// port is TLS-only; with `auth` every request needs the bearer token.
+/// connections (`grpc_max_connections_per_peer` from one address), each closed when
+/// its TLS handshake and HTTP/2 preface take longer than `grpc_handshake_timeout` or
+/// it has no request for `grpc_max_connection_idle` (see `net`); each request bounded
+/// by `limits.grpc_read_timeout`, idle connections probed with HTTP/2 pings. On
+/// `cancel` it stops accepting, closes unfinished and idle connections at once and
+/// lets requests in flight finish; the caller bounds that wait
+/// (`service.shutdown_timeout`). With `tls` the port is TLS-only; with `auth` every
+/// request needs the bearer token.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn serve(
     listener: TcpListener,
@@ -378,13 +382,19 @@ pub(crate) async fn serve(
     let logs = LogsServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
     let listener = LimitedListener::new(
         listener,
-        limits.grpc_max_connections,
+        ConnLimits {
+            max: limits.grpc_max_connections,
+            per_peer: limits.grpc_max_connections_per_peer,
+            opening: limits.grpc_handshake_timeout,
+            idle: limits.grpc_max_connection_idle,
+        },
         Transport::Grpc,
         stats.clone(),
+        cancel.clone(),
     );
-    // A handshake gets what a request gets.
-    let incoming = crate::net::incoming(listener, tls, limits.grpc_read_timeout, cancel.clone());
+    let incoming = crate::net::incoming(listener, tls, cancel.clone());
     let layer = tower::ServiceBuilder::new()
+        .layer_fn(TrackRequests::from_extensions)
         .map_response(move |resp| account(&stats, resp))
         .option_layer(auth.map(|auth| {
             tower::layer::layer_fn(move |inner| Authenticate {

@@ -22,7 +22,7 @@ use crate::aggregate::Aggregator;
 use crate::auth::BearerAuth;
 use crate::config::ReceiverLimits;
 use crate::exporters::traces::{Refused, TraceForwarder, count_spans};
-use crate::net::{LimitedListener, serve_http1};
+use crate::net::{ConnLimits, LimitedListener, serve_http1};
 use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
 use crate::tls::TlsListener;
 use opentelemetry_proto::tonic::collector::trace::v1::{
@@ -383,11 +383,13 @@ async fn healthz() -> &'static str {
 }
 
 /// Serves OTLP/HTTP on `listener` until `cancel`: at most
-/// `limits.http_max_connections` connections; a connection whose next request's
-/// headers take longer than `limits.http_read_header_timeout` (half-sent, or idle
-/// keep-alive) is closed, a body slower than `limits.http_read_timeout` gets 408. On
-/// `cancel` it stops accepting, lets requests in flight finish and closes idle
-/// connections; the caller bounds that wait (`service.shutdown_timeout`), and
+/// `limits.http_max_connections` connections (`http_max_connections_per_peer` from one
+/// address); a connection whose TLS handshake and first request's headers, or whose
+/// next request's headers (half-sent, or idle keep-alive), take longer than
+/// `limits.http_read_header_timeout` is closed (see `net`), a body slower than
+/// `limits.http_read_timeout` gets 408. On `cancel` it stops accepting, closes
+/// unfinished and idle connections at once and lets requests in flight finish; the
+/// caller bounds that wait (`service.shutdown_timeout`), and
 /// dropping this future drops every connection. With `tls` the port is TLS-only; with
 /// `auth` the OTLP paths need the bearer token (`/healthz` and `/readyz` do not).
 #[allow(clippy::too_many_arguments)]
@@ -424,9 +426,15 @@ pub(crate) async fn serve(
         .with_state(state);
     let listener = LimitedListener::new(
         listener,
-        limits.http_max_connections,
+        ConnLimits {
+            max: limits.http_max_connections,
+            per_peer: limits.http_max_connections_per_peer,
+            opening: limits.http_read_header_timeout,
+            idle: limits.http_read_header_timeout,
+        },
         Transport::Http,
         stats,
+        cancel.clone(),
     );
-    serve_http1(listener, app, limits.http_read_header_timeout, tls, cancel).await;
+    serve_http1(listener, app, tls, cancel).await;
 }

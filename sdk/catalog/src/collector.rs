@@ -163,12 +163,28 @@ pub const COLLECTOR_CHECKPOINTS: Family = Family {
     fleet: Fleet::Sum,
 };
 
+/// `higgsmeter_collector_connections_closed_total` (counter): connections a receiver
+/// closed before their peer did, by transport and reason (`opening_timeout`: no
+/// finished TLS handshake, HTTP/2 preface or first request headers in time;
+/// `idle_timeout`: no request for longer than the receiver allows; `shed`: closed,
+/// unfinished or idle, to make room for a new connection; `shutdown`: unfinished or
+/// idle when the collector stopped).
+pub const COLLECTOR_CONNECTIONS_CLOSED: Family = Family {
+    name: "higgsmeter_collector_connections_closed_total",
+    kind: Kind::Counter,
+    help: "Connections a receiver closed: no opening in time, idle too long, shed for a new connection, or unfinished at shutdown; by transport and reason",
+    unit: "{connection}",
+    labels: &["transport", "reason"],
+    buckets: &[],
+};
+
 /// `higgsmeter_collector_connections_refused_total` (counter): connections closed at
-/// once because a receiver already had `max_connections` open, by transport.
+/// once because a receiver already had `max_connections` open (or the peer its
+/// `max_connections_per_peer`), every one of them busy, by transport.
 pub const COLLECTOR_CONNECTIONS_REFUSED: Family = Family {
     name: "higgsmeter_collector_connections_refused_total",
     kind: Kind::Counter,
-    help: "Connections refused because the receiver had max_connections open, by transport",
+    help: "Connections refused because the receiver (or the peer) had all its connections open and busy, by transport",
     unit: "{connection}",
     labels: &["transport"],
     buckets: &[],
@@ -227,6 +243,7 @@ pub const COLLECTOR_FAMILIES: &[Family] = &[
     COLLECTOR_EXPORT_QUEUE_DEPTH,
     COLLECTOR_EXPORT_DROPPED,
     COLLECTOR_CHECKPOINTS,
+    COLLECTOR_CONNECTIONS_CLOSED,
     COLLECTOR_CONNECTIONS_REFUSED,
     COLLECTOR_TLS_HANDSHAKES_FAILED,
     COLLECTOR_SPANS_RECEIVED,

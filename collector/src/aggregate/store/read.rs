@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use higgsmeter_catalog::{
-    COLLECTOR_CHECKPOINTS, COLLECTOR_CONNECTIONS_REFUSED, COLLECTOR_EXPORT_QUEUE_DEPTH,
-    COLLECTOR_EXPORTS, COLLECTOR_POINTS_RECEIVED, COLLECTOR_POINTS_REFUSED, COLLECTOR_REQUESTS,
-    COLLECTOR_REQUESTS_REFUSED, COLLECTOR_SERIES, COLLECTOR_SOURCES, COLLECTOR_SPANS_EXPORTED,
-    COLLECTOR_SPANS_RECEIVED, COLLECTOR_TLS_HANDSHAKES_FAILED, Family, WORKER_CURRENT_STATE,
-    WORKER_SOURCES_IN_STATE,
+    COLLECTOR_CHECKPOINTS, COLLECTOR_CONNECTIONS_CLOSED, COLLECTOR_CONNECTIONS_REFUSED,
+    COLLECTOR_EXPORT_QUEUE_DEPTH, COLLECTOR_EXPORTS, COLLECTOR_POINTS_RECEIVED,
+    COLLECTOR_POINTS_REFUSED, COLLECTOR_REQUESTS, COLLECTOR_REQUESTS_REFUSED, COLLECTOR_SERIES,
+    COLLECTOR_SOURCES, COLLECTOR_SPANS_EXPORTED, COLLECTOR_SPANS_RECEIVED,
+    COLLECTOR_TLS_HANDSHAKES_FAILED, Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
 };
 
 use super::super::cluster::{ClusterReading, CollectorClock, SourceReading, rank_order};
@@ -20,8 +20,8 @@ use super::super::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row
 use super::super::{MetricKind, RefusalReason, View};
 use super::{FleetRead, Store, TARGET_INFO, Value, value_string};
 use crate::self_metrics::{
-    DropReason, EXPORT_DROPPED, ExporterKind, Listener, RequestRefusal, SelfMetrics, SpanOutcome,
-    Transport,
+    CloseReason, DropReason, EXPORT_DROPPED, ExporterKind, Listener, RequestRefusal, SelfMetrics,
+    SpanOutcome, Transport,
 };
 
 /// One row of a view, before liveness and value checks.
@@ -273,6 +273,16 @@ const SELF_FAMILIES: &[(&Family, ReadSamples)] = &[
     (&COLLECTOR_CHECKPOINTS, |s, _, _, emit| {
         for (i, outcome) in ["ok", "failed"].into_iter().enumerate() {
             emit(&[outcome], get(&s.checkpoints[i]));
+        }
+    }),
+    (&COLLECTOR_CONNECTIONS_CLOSED, |s, _, _, emit| {
+        for t in Transport::ALL {
+            for r in CloseReason::ALL {
+                emit(
+                    &[t.as_str(), r.as_str()],
+                    get(&s.connections_closed[t as usize][r as usize]),
+                );
+            }
         }
     }),
     (&COLLECTOR_CONNECTIONS_REFUSED, |s, _, _, emit| {
