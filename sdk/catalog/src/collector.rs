@@ -176,6 +176,7 @@ pub const COLLECTOR_CONNECTIONS_CLOSED: Family = Family {
     unit: "{connection}",
     labels: &["transport", "reason"],
     buckets: &[],
+    fleet: Fleet::Sum,
 };
 
 /// `higgsmeter_collector_connections_refused_total` (counter): connections closed at
