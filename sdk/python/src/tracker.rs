@@ -54,12 +54,17 @@ impl PyTracker {
         operation: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<StateScope> {
         let state = state_arg(state)?;
-        let operation = with_operation(operation, str::to_owned)?;
+        // Checked here (a `TypeError` at the call); read again at `__enter__`, which
+        // keeps a reference to the `str` rather than a copy of it.
+        with_operation(operation, |_| ())?;
+        let operation = operation
+            .filter(|op| !op.is_none())
+            .map(|op| op.clone().unbind());
         Ok(StateScope {
             tracker: self.inner.clone(),
             state,
             operation,
-            open: Mutex::new(Vec::new()),
+            open: Mutex::new(Open::default()),
         })
     }
 
@@ -114,9 +119,47 @@ impl PyTracker {
 pub(crate) struct StateScope {
     tracker: Tracker,
     state: AppState,
-    operation: String,
-    /// Open entries, latest last: the tracker's scope and, with traces on, the span.
-    open: Mutex<Vec<(ScopeId, Option<traces::Open>)>>,
+    /// The operation (`None` for none), a checked `str`.
+    operation: Option<Py<PyAny>>,
+    open: Mutex<Open>,
+}
+
+/// A scope object's open entries: the tracker's scope and, with traces on, the span.
+/// The first is kept inline, so the usual `with` allocates nothing; entering the same
+/// object again while it is open spills to `more`.
+#[derive(Default)]
+struct Open {
+    first: Option<Entry>,
+    more: Vec<Entry>,
+}
+
+type Entry = (ScopeId, Option<traces::Open>);
+
+impl Open {
+    fn push(&mut self, entry: Entry) {
+        match self.first {
+            None => self.first = Some(entry),
+            Some(_) => self.more.push(entry),
+        }
+    }
+
+    fn pop(&mut self) -> Option<Entry> {
+        self.more.pop().or_else(|| self.first.take())
+    }
+}
+
+impl StateScope {
+    /// Calls `f` with the operation's text (`""` for none).
+    fn with_operation<R>(&self, py: Python<'_>, f: impl FnOnce(&str) -> R) -> R {
+        match &self.operation {
+            None => f(""),
+            // Checked to be a `str` when the scope was made; a `str` is immutable.
+            Some(op) => match op.bind(py).cast::<pyo3::types::PyString>() {
+                Ok(s) => f(s.to_str().unwrap_or("")),
+                Err(_) => f(""),
+            },
+        }
+    }
 }
 
 #[pymethods]
@@ -124,18 +167,26 @@ impl StateScope {
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         {
             let this = slf.get();
-            let span = traces::state_span(slf.py(), this.state, &this.operation);
-            let id = this.tracker.open_scope(this.state, &this.operation);
+            let py = slf.py();
+            let entry = this.with_operation(py, |op| {
+                let span = traces::state_span(py, this.state, op);
+                (this.tracker.open_scope(this.state, op), span)
+            });
             this.open
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .push((id, span));
+                .push(entry);
         }
         slf
     }
 
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, PyTuple>) -> bool {
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: &Bound<'_, PyAny>,
+        _exc: &Bound<'_, PyAny>,
+        _tb: &Bound<'_, PyAny>,
+    ) -> bool {
         let entry = self.open.lock().unwrap_or_else(|e| e.into_inner()).pop();
         if let Some((id, span)) = entry {
             self.tracker.close_scope(id);
@@ -152,15 +203,16 @@ impl StateScope {
 
     /// The scope's operation (`None` for none).
     #[getter]
-    fn operation(&self) -> Option<&str> {
-        (!self.operation.is_empty()).then_some(self.operation.as_str())
+    fn operation(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.operation.as_ref().map(|op| op.clone_ref(py))
     }
 
-    fn __repr__(&self) -> String {
-        format!(
-            "StateScope(AppState.{}, {:?})",
-            self.state.as_str().to_ascii_uppercase(),
-            self.operation
-        )
+    fn __repr__(&self, py: Python<'_>) -> String {
+        self.with_operation(py, |op| {
+            format!(
+                "StateScope(AppState.{}, {op:?})",
+                self.state.as_str().to_ascii_uppercase(),
+            )
+        })
     }
 }
