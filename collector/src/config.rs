@@ -3,37 +3,51 @@
 //! its key names for the parts implemented here. Every key and default is documented
 //! in `otel-config/README.md`; unknown keys are errors naming the key's path.
 
-use std::collections::BTreeMap;
-use std::fmt;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
 pub use crate::aggregate::AggregateConfig;
 pub use crate::auth::{AuthSettings, BearerTokenAuthConfig};
+use crate::component::null_is_default;
+pub use crate::component::{ComponentId, Components};
+use crate::duration as duration_serde;
 use crate::error::Error;
-pub use crate::exporters::remote_write::RemoteWriteExporter;
+pub use crate::exporters::settings::{Compression, Headers, RetryOnFailure, SendingQueue};
+pub use crate::exporters::{
+    ExporterConfig, ExporterPlan, OtlpExporter, OtlpPlan, PrometheusExporter, PrometheusPlan,
+    PushProtocol, RemoteWriteExporter, RemoteWritePlan,
+};
+pub use crate::receivers::{
+    DEFAULT_MAX_CONNECTIONS_PER_PEER, GrpcPlan, GrpcReceiver, HttpPlan, HttpReceiver, OtlpReceiver,
+    Protocols, ReceiverConfig, ReceiverPlan,
+};
 pub use crate::storage::FileStorageConfig;
 pub use crate::tls::{TlsClientSettings, TlsServerSettings};
 
 mod plan;
 mod summary;
-pub(crate) use plan::check_push;
+
+/// `receivers`: each instance under `type` or `type/name` (`otlp`, `otlp/internal`).
+pub type Receivers = Components<ReceiverConfig>;
+
+/// `exporters`: each instance under `type` or `type/name` (`otlp/primary`,
+/// `prometheusremotewrite/tenant-a`).
+pub type Exporters = Components<ExporterConfig>;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Where data comes in. Missing: OTLP gRPC and HTTP on their default endpoints.
-    #[serde(default = "Receivers::builtin")]
+    #[serde(default = "builtin_receivers")]
     pub receivers: Receivers,
     /// The aggregation (`higgsmeter`). Missing: the defaults.
     #[serde(default)]
     pub processors: Processors,
     /// Where data goes. Missing: the Prometheus endpoint only.
-    #[serde(default = "Exporters::builtin")]
+    #[serde(default = "builtin_exporters")]
     pub exporters: Exporters,
     /// Extensions (`file_storage`). Missing: `file_storage` on its defaults.
     #[serde(default)]
@@ -41,6 +55,28 @@ pub struct Config {
     /// Which components run. Missing: every configured component.
     #[serde(default)]
     pub service: Service,
+}
+
+/// `otlp` on both protocols' default endpoints.
+fn builtin_receivers() -> Receivers {
+    Components(
+        [(
+            ComponentId::new("otlp"),
+            ReceiverConfig::Otlp(OtlpReceiver::default()),
+        )]
+        .into(),
+    )
+}
+
+/// `prometheus` on its default endpoint.
+fn builtin_exporters() -> Exporters {
+    Components(
+        [(
+            ComponentId::new("prometheus"),
+            ExporterConfig::Prometheus(PrometheusExporter::default()),
+        )]
+        .into(),
+    )
 }
 
 /// `extensions`.
@@ -62,177 +98,11 @@ pub struct Extensions {
 impl Default for Config {
     fn default() -> Self {
         Config {
-            receivers: Receivers::builtin(),
+            receivers: builtin_receivers(),
             processors: Processors::default(),
-            exporters: Exporters::builtin(),
+            exporters: builtin_exporters(),
             extensions: Extensions::default(),
             service: Service::default(),
-        }
-    }
-}
-
-/// Deserialises `key:` (YAML null) as the component's defaults, as the OpenTelemetry
-/// Collector does.
-fn null_is_default<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de> + Default,
-{
-    Ok(Some(Option::<T>::deserialize(d)?.unwrap_or_default()))
-}
-
-/// `receivers`.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Receivers {
-    /// `receivers.otlp`.
-    #[serde(default, deserialize_with = "null_is_default")]
-    pub otlp: Option<OtlpReceiver>,
-}
-
-impl Receivers {
-    fn builtin() -> Receivers {
-        Receivers {
-            otlp: Some(OtlpReceiver {
-                protocols: Protocols {
-                    grpc: Some(GrpcReceiver::default()),
-                    http: Some(HttpReceiver::default()),
-                },
-            }),
-        }
-    }
-}
-
-/// `receivers.otlp`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OtlpReceiver {
-    /// `receivers.otlp.protocols`: each protocol present is on.
-    pub protocols: Protocols,
-}
-
-impl Default for OtlpReceiver {
-    fn default() -> Self {
-        Receivers::builtin().otlp.unwrap_or(OtlpReceiver {
-            protocols: Protocols::default(),
-        })
-    }
-}
-
-/// `receivers.otlp.protocols`.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Protocols {
-    /// OTLP/gRPC.
-    #[serde(default, deserialize_with = "null_is_default")]
-    pub grpc: Option<GrpcReceiver>,
-    /// OTLP/HTTP.
-    #[serde(default, deserialize_with = "null_is_default")]
-    pub http: Option<HttpReceiver>,
-}
-
-/// The default `max_connections_per_peer` of both receivers (or their
-/// `max_connections` when that is lower): an eighth of the default `max_connections`,
-/// room for a node's ranks and exporters many times over.
-pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 128;
-
-/// `receivers.otlp.protocols.grpc`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct GrpcReceiver {
-    /// `host:port` to listen on (default `127.0.0.1:4317`; port 0 picks a free port).
-    pub endpoint: String,
-    /// Largest accepted message, MiB, after decompression (default 16).
-    pub max_recv_msg_size_mib: u64,
-    /// Most connections open at once (default 1024). When all are taken, a new
-    /// connection takes the place of the newest one that has not finished its opening,
-    /// or else of the newest idle one; when every one is busy it is closed at once,
-    /// logged and counted (`higgsmeter_collector_connections_refused_total`).
-    pub max_connections: usize,
-    /// Most connections open at once from one peer address (1 to `max_connections`;
-    /// default 128, or `max_connections` when that is lower); past it the peer's newest
-    /// unfinished or idle connection makes room, or the new one is refused.
-    pub max_connections_per_peer: Option<usize>,
-    /// Longest from accept to a finished opening: the TLS handshake (with `tls`), then
-    /// the HTTP/2 preface and SETTINGS (default 10 s); then the connection is closed and
-    /// counted (`higgsmeter_collector_connections_closed_total{reason="opening_timeout"}`).
-    #[serde(with = "duration_serde")]
-    pub handshake_timeout: Duration,
-    /// Longest a connection may stay open with no request in flight (default 2 m);
-    /// then it is closed and counted (`reason="idle_timeout"`).
-    #[serde(with = "duration_serde")]
-    pub max_connection_idle: Duration,
-    /// Longest a request may take to arrive and be answered (default 30 s).
-    #[serde(with = "duration_serde")]
-    pub read_timeout: Duration,
-    /// TLS (the port is then TLS-only; `client_ca_file`: mutual TLS).
-    pub tls: Option<TlsServerSettings>,
-    /// `auth.authenticator: bearertokenauth`: requests without the token are refused
-    /// (`UNAUTHENTICATED`).
-    pub auth: Option<AuthSettings>,
-}
-
-impl Default for GrpcReceiver {
-    fn default() -> Self {
-        GrpcReceiver {
-            endpoint: "127.0.0.1:4317".into(),
-            max_recv_msg_size_mib: 16,
-            max_connections: 1024,
-            max_connections_per_peer: None,
-            handshake_timeout: Duration::from_secs(10),
-            max_connection_idle: Duration::from_secs(120),
-            read_timeout: Duration::from_secs(30),
-            tls: None,
-            auth: None,
-        }
-    }
-}
-
-/// `receivers.otlp.protocols.http`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HttpReceiver {
-    /// `host:port` to listen on (default `127.0.0.1:4318`).
-    pub endpoint: String,
-    /// Largest accepted body, bytes, before and after decompression (default 16 MiB).
-    pub max_request_body_size: u64,
-    /// Most connections open at once (default 1024). When all are taken, a new
-    /// connection takes the place of the newest one that has not sent its first
-    /// request's headers, or else of the newest idle one; when every one is busy it
-    /// gets a 503 and is closed, logged and counted
-    /// (`higgsmeter_collector_connections_refused_total`).
-    pub max_connections: usize,
-    /// Most connections open at once from one peer address (1 to `max_connections`;
-    /// default 128, or `max_connections` when that is lower); past it the peer's newest
-    /// unfinished or idle connection makes room, or the new one gets a 503.
-    pub max_connections_per_peer: Option<usize>,
-    /// Longest from accept to the first request's headers (the TLS handshake
-    /// included), and longest wait for the next request on an idle keep-alive
-    /// connection (default 10 s); then the connection is closed and counted
-    /// (`higgsmeter_collector_connections_closed_total{reason}`).
-    #[serde(with = "duration_serde")]
-    pub read_header_timeout: Duration,
-    /// Longest wait for a request's whole body (default 30 s); then 408.
-    #[serde(with = "duration_serde")]
-    pub read_timeout: Duration,
-    /// TLS (the port is then TLS-only; `client_ca_file`: mutual TLS).
-    pub tls: Option<TlsServerSettings>,
-    /// `auth.authenticator: bearertokenauth`: requests without the token are refused
-    /// (401).
-    pub auth: Option<AuthSettings>,
-}
-
-impl Default for HttpReceiver {
-    fn default() -> Self {
-        HttpReceiver {
-            endpoint: "127.0.0.1:4318".into(),
-            max_request_body_size: 16 * 1024 * 1024,
-            max_connections: 1024,
-            max_connections_per_peer: None,
-            read_header_timeout: Duration::from_secs(10),
-            read_timeout: Duration::from_secs(30),
-            tls: None,
-            auth: None,
         }
     }
 }
@@ -254,171 +124,6 @@ impl Default for Processors {
     fn default() -> Self {
         Processors {
             higgsmeter: Some(AggregateConfig::default()),
-        }
-    }
-}
-
-/// `exporters`.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Exporters {
-    /// `exporters.prometheus`.
-    #[serde(default, deserialize_with = "null_is_default")]
-    pub prometheus: Option<PrometheusExporter>,
-    /// `exporters.otlp`: OTLP/gRPC push.
-    #[serde(default)]
-    pub otlp: Option<OtlpExporter>,
-    /// `exporters.otlphttp`: OTLP/HTTP push.
-    #[serde(default)]
-    pub otlphttp: Option<OtlpExporter>,
-    /// `exporters.prometheusremotewrite`: Prometheus remote write 1.0.
-    #[serde(default)]
-    pub prometheusremotewrite: Option<RemoteWriteExporter>,
-}
-
-impl Exporters {
-    fn builtin() -> Exporters {
-        Exporters {
-            prometheus: Some(PrometheusExporter::default()),
-            otlp: None,
-            otlphttp: None,
-            prometheusremotewrite: None,
-        }
-    }
-}
-
-/// `exporters.prometheus`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct PrometheusExporter {
-    /// `host:port` serving `/metrics` (default `127.0.0.1:9464`).
-    pub endpoint: String,
-    /// Whether `/metrics/sources` (the per-source view) is served (default true).
-    pub sources_view: bool,
-    /// TLS: `/metrics` over https only.
-    pub tls: Option<TlsServerSettings>,
-}
-
-impl Default for PrometheusExporter {
-    fn default() -> Self {
-        PrometheusExporter {
-            endpoint: "127.0.0.1:9464".into(),
-            sources_view: true,
-            tls: None,
-        }
-    }
-}
-
-/// `exporters.otlp` / `exporters.otlphttp`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OtlpExporter {
-    /// The upstream: `http://host:4317` (gRPC) or `http://host:4318` (HTTP; `/v1/metrics`
-    /// is appended unless the URL has a path); `https://` for TLS. Required.
-    pub endpoint: String,
-    /// TLS settings for an `https://` endpoint (default: the system's roots).
-    #[serde(default)]
-    pub tls: Option<TlsClientSettings>,
-    /// Headers sent with every push, e.g. `authorization: "Bearer ..."`.
-    #[serde(default)]
-    pub headers: Headers,
-    /// `otlphttp` only: where traces go (default: `endpoint` with `/v1/traces`, or the
-    /// endpoint as written when it has a path other than `/v1/metrics`).
-    #[serde(default)]
-    pub traces_endpoint: Option<String>,
-    /// How often the aggregate is pushed (default 1 s, the catalog's `STATUS_INTERVAL_S`).
-    #[serde(default = "default_export_interval", with = "duration_serde")]
-    pub interval: Duration,
-    /// Per-attempt timeout (default 5 s).
-    #[serde(default = "default_timeout", with = "duration_serde")]
-    pub timeout: Duration,
-    /// `gzip` (default) or `none`.
-    #[serde(default)]
-    pub compression: Compression,
-    /// Also push every live source's series, with its own resource (default false).
-    #[serde(default)]
-    pub include_sources: bool,
-    /// The bounded queue of pending pushes.
-    #[serde(default)]
-    pub sending_queue: SendingQueue,
-    /// Retries with exponential backoff.
-    #[serde(default)]
-    pub retry_on_failure: RetryOnFailure,
-}
-
-/// Headers of an exporter's pushes. Their values are never printed (they hold tokens).
-#[derive(Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(transparent)]
-pub struct Headers(pub BTreeMap<String, String>);
-
-impl fmt::Debug for Headers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_map()
-            .entries(self.0.keys().map(|k| (k, "<redacted>")))
-            .finish()
-    }
-}
-
-/// The engine catalog's status interval (1 s): an agent tier adds at most about one
-/// interval of delay.
-fn default_export_interval() -> Duration {
-    Duration::from_secs_f64(higgsmeter_catalog::STATUS_INTERVAL_S)
-}
-
-fn default_timeout() -> Duration {
-    Duration::from_secs(5)
-}
-
-/// Compression of OTLP pushes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Compression {
-    /// gzip (the default).
-    #[default]
-    Gzip,
-    /// None.
-    None,
-}
-
-/// `sending_queue`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct SendingQueue {
-    /// Pending pushes held while the upstream is down or slow (default 8); when full the
-    /// oldest is dropped and its points counted.
-    pub queue_size: usize,
-    /// Traces pipeline: MiB of spans held for this exporter while the upstream is down
-    /// or slow (default 64); when full, senders are told to retry (`UNAVAILABLE` /
-    /// 503), so nothing is dropped here.
-    pub traces_queue_mib: u64,
-}
-
-impl Default for SendingQueue {
-    fn default() -> Self {
-        SendingQueue {
-            queue_size: 8,
-            traces_queue_mib: 64,
-        }
-    }
-}
-
-/// `retry_on_failure`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetryOnFailure {
-    /// First wait after a failed push (default 200 ms); doubles after each failure.
-    #[serde(with = "duration_serde")]
-    pub initial_interval: Duration,
-    /// Longest wait between attempts (default 30 s).
-    #[serde(with = "duration_serde")]
-    pub max_interval: Duration,
-}
-
-impl Default for RetryOnFailure {
-    fn default() -> Self {
-        RetryOnFailure {
-            initial_interval: Duration::from_millis(200),
-            max_interval: Duration::from_secs(30),
         }
     }
 }
@@ -474,13 +179,14 @@ pub struct Pipelines {
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pipeline {
-    /// Receiver names (`otlp`).
+    /// Receiver keys (`otlp`, `otlp/NAME`).
     #[serde(default)]
     pub receivers: Vec<String>,
     /// Processor names (`higgsmeter`; the aggregation runs whether listed or not).
     #[serde(default)]
     pub processors: Vec<String>,
-    /// Exporter names (`prometheus`, `otlp`, `otlphttp`, `prometheusremotewrite`).
+    /// Exporter keys (`prometheus`, `otlp`, `otlphttp`, `prometheusremotewrite`, each
+    /// optionally `/NAME`).
     #[serde(default)]
     pub exporters: Vec<String>,
 }
@@ -503,126 +209,65 @@ pub struct Overrides {
     pub storage: Option<String>,
 }
 
-/// Which OTLP transport an exporter pushes with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PushProtocol {
-    /// `exporters.otlp`.
-    Grpc,
-    /// `exporters.otlphttp`.
-    Http,
-}
-
-/// The validated plan: what to start, where.
+/// The validated plan: what to start, where; each component's part checked by its own
+/// module.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
-    /// The gRPC receiver's address and message limit, bytes.
-    pub grpc: Option<(SocketAddr, usize)>,
-    /// The HTTP receiver's address and body limit, bytes.
-    pub http: Option<(SocketAddr, usize)>,
-    /// The Prometheus endpoint's address and whether `/metrics/sources` is served.
-    pub prometheus: Option<(SocketAddr, bool)>,
-    /// OTLP pushes.
-    pub pushes: Vec<(PushProtocol, OtlpExporter)>,
-    /// Prometheus remote write.
-    pub remote_write: Option<RemoteWriteExporter>,
+    /// The receivers' listeners (each `otlp` receiver: its gRPC and HTTP ones).
+    pub receivers: Vec<ReceiverPlan>,
+    /// The metrics pipeline's exporters.
+    pub exporters: Vec<ExporterPlan>,
+    /// The traces pipeline's exporters (empty: traces are refused).
+    pub traces: Vec<OtlpPlan>,
     /// The aggregation.
     pub aggregate: AggregateConfig,
     /// Where the aggregation state is checkpointed (`None`: storage off).
     pub storage: Option<PathBuf>,
-    /// Connection limits and timeouts of the receivers.
-    pub limits: ReceiverLimits,
     /// `service.shutdown_timeout`.
     pub shutdown_timeout: Duration,
-    /// TLS and authentication of the listeners.
-    pub security: Security,
-    /// The traces pipeline's exporters (empty: traces are refused).
-    pub traces: Vec<(PushProtocol, OtlpExporter)>,
-}
-
-/// TLS and authentication of the listeners, checked by [`Config::plan`]: the files
-/// read, the certificates in date and matching their keys, the authenticator defined
-/// and its token read.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Security {
-    /// `receivers.otlp.protocols.grpc.tls`.
-    pub grpc_tls: Option<TlsServerSettings>,
-    /// `receivers.otlp.protocols.http.tls`.
-    pub http_tls: Option<TlsServerSettings>,
-    /// `exporters.prometheus.tls`.
-    pub prometheus_tls: Option<TlsServerSettings>,
-    /// The authenticator of the gRPC receiver.
-    pub grpc_auth: Option<BearerTokenAuthConfig>,
-    /// The authenticator of the HTTP receiver.
-    pub http_auth: Option<BearerTokenAuthConfig>,
-}
-
-impl Security {
-    /// One line per secured listener (what `--check-config` prints).
-    pub fn summary(&self) -> Vec<String> {
-        let mut lines = Vec::new();
-        for (name, tls, auth) in [
-            ("OTLP/gRPC receiver", &self.grpc_tls, &self.grpc_auth),
-            ("OTLP/HTTP receiver", &self.http_tls, &self.http_auth),
-            ("Prometheus endpoint", &self.prometheus_tls, &None),
-        ] {
-            let tls = match tls {
-                Some(t) if t.client_ca_file.is_some() => "mutual TLS",
-                Some(_) => "TLS",
-                None => "plaintext",
-            };
-            let auth = if auth.is_some() {
-                ", bearer token required"
-            } else {
-                ""
-            };
-            lines.push(format!("{name}: {tls}{auth}"));
-        }
-        lines
-    }
-}
-
-/// Connection limits and timeouts of the receivers (see [`GrpcReceiver`] and
-/// [`HttpReceiver`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReceiverLimits {
-    /// gRPC: most open connections.
-    pub grpc_max_connections: usize,
-    /// gRPC: most open connections from one peer address.
-    pub grpc_max_connections_per_peer: usize,
-    /// gRPC: longest from accept to the end of the TLS handshake and HTTP/2 preface.
-    pub grpc_handshake_timeout: Duration,
-    /// gRPC: longest a connection may stay open with no request in flight.
-    pub grpc_max_connection_idle: Duration,
-    /// gRPC: longest request.
-    pub grpc_read_timeout: Duration,
-    /// HTTP: most open connections.
-    pub http_max_connections: usize,
-    /// HTTP: most open connections from one peer address.
-    pub http_max_connections_per_peer: usize,
-    /// HTTP: longest wait for headers (and idle keep-alive).
-    pub http_read_header_timeout: Duration,
-    /// HTTP: longest wait for a body.
-    pub http_read_timeout: Duration,
-}
-
-impl Default for ReceiverLimits {
-    fn default() -> Self {
-        let (g, h) = (GrpcReceiver::default(), HttpReceiver::default());
-        ReceiverLimits {
-            grpc_max_connections: g.max_connections,
-            grpc_max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER.min(g.max_connections),
-            grpc_handshake_timeout: g.handshake_timeout,
-            grpc_max_connection_idle: g.max_connection_idle,
-            grpc_read_timeout: g.read_timeout,
-            http_max_connections: h.max_connections,
-            http_max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER.min(h.max_connections),
-            http_read_header_timeout: h.read_header_timeout,
-            http_read_timeout: h.read_timeout,
-        }
-    }
 }
 
 impl Plan {
+    /// The first OTLP/gRPC listener.
+    pub fn grpc(&self) -> Option<&GrpcPlan> {
+        self.receivers.iter().find_map(|r| match r {
+            ReceiverPlan::Grpc(g) => Some(g),
+            ReceiverPlan::Http(_) => None,
+        })
+    }
+
+    /// The first OTLP/HTTP listener.
+    pub fn http(&self) -> Option<&HttpPlan> {
+        self.receivers.iter().find_map(|r| match r {
+            ReceiverPlan::Http(h) => Some(h),
+            ReceiverPlan::Grpc(_) => None,
+        })
+    }
+
+    /// The first Prometheus endpoint.
+    pub fn prometheus(&self) -> Option<&PrometheusPlan> {
+        self.exporters.iter().find_map(|e| match e {
+            ExporterPlan::Prometheus(p) => Some(p),
+            _ => None,
+        })
+    }
+
+    /// The OTLP pushes of the metrics pipeline.
+    pub fn pushes(&self) -> impl Iterator<Item = &OtlpPlan> {
+        self.exporters.iter().filter_map(|e| match e {
+            ExporterPlan::Otlp(p) => Some(p),
+            _ => None,
+        })
+    }
+
+    /// The remote-write exporters.
+    pub fn remote_writes(&self) -> impl Iterator<Item = &RemoteWritePlan> {
+        self.exporters.iter().filter_map(|e| match e {
+            ExporterPlan::RemoteWrite(p) => Some(p),
+            _ => None,
+        })
+    }
+
     /// One line saying where the aggregation state lives (what `--check-config` prints).
     pub fn state_summary(&self) -> String {
         match &self.storage {
@@ -639,56 +284,6 @@ impl Plan {
     }
 }
 
-/// Durations written as `200ms`, `5s`, `2m`, `1h` (also `us`, `ns`).
-pub(crate) mod duration_serde {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, de::Error as _};
-
-    pub(crate) fn parse(text: &str) -> Result<Duration, String> {
-        let t = text.trim();
-        let split = t
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(t.len());
-        let (num, unit) = t.split_at(split);
-        let n: f64 = num
-            .parse()
-            .map_err(|_| format!("`{text}` is not a duration; write e.g. 500ms, 5s, 1m or 1h"))?;
-        let secs = match unit.trim() {
-            "ns" => n / 1e9,
-            "us" | "µs" => n / 1e6,
-            "ms" => n / 1e3,
-            "s" => n,
-            "m" => n * 60.0,
-            "h" => n * 3600.0,
-            _ => {
-                return Err(format!(
-                    "`{text}` has no known unit; write e.g. 500ms, 5s, 1m or 1h"
-                ));
-            }
-        };
-        Duration::try_from_secs_f64(secs).map_err(|_| format!("`{text}` is out of range"))
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        parse(&s).map_err(D::Error::custom)
-    }
-
-    pub(crate) mod option {
-        use super::*;
-
-        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-            d: D,
-        ) -> Result<Option<Duration>, D::Error> {
-            match Option::<String>::deserialize(d)? {
-                None => Ok(None),
-                Some(s) => super::parse(&s).map(Some).map_err(D::Error::custom),
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -696,13 +291,12 @@ mod tests {
     #[test]
     fn zero_config_has_both_receivers_and_prometheus() {
         let plan = Config::default().plan().unwrap();
-        assert_eq!(plan.grpc.unwrap().0, "127.0.0.1:4317".parse().unwrap());
-        assert_eq!(plan.http.unwrap().1, 16 * 1024 * 1024);
-        assert_eq!(
-            plan.prometheus.unwrap(),
-            ("127.0.0.1:9464".parse().unwrap(), true)
-        );
-        assert!(plan.pushes.is_empty());
+        assert_eq!(plan.grpc().unwrap().addr, "127.0.0.1:4317".parse().unwrap());
+        assert_eq!(plan.http().unwrap().max_body, 16 * 1024 * 1024);
+        let prometheus = plan.prometheus().unwrap();
+        assert_eq!(prometheus.addr, "127.0.0.1:9464".parse().unwrap());
+        assert!(prometheus.sources_view);
+        assert_eq!(plan.pushes().count(), 0);
         assert_eq!(Config::from_yaml("").unwrap(), Config::default());
     }
 
@@ -728,17 +322,17 @@ mod tests {
     fn null_sections_mean_defaults() {
         let c = Config::from_yaml("receivers:\n  otlp:\n    protocols:\n      grpc:\n").unwrap();
         let plan = c.plan().unwrap();
-        assert!(plan.grpc.is_some());
-        assert!(plan.http.is_none(), "only the protocols listed are on");
+        assert!(plan.grpc().is_some());
+        assert!(plan.http().is_none(), "only the protocols listed are on");
     }
 
     #[test]
     fn shipped_config_is_valid() {
         let text = include_str!("../../otel-config/collector.yaml");
         let plan = Config::from_yaml(text).unwrap().plan().unwrap();
-        assert!(plan.grpc.is_some() && plan.http.is_some() && plan.prometheus.is_some());
         // The built-in defaults, written out.
-        assert_eq!(plan.limits, ReceiverLimits::default());
+        assert_eq!(plan.receivers, Config::default().plan().unwrap().receivers);
+        assert!(plan.prometheus().is_some());
     }
 
     #[test]
@@ -768,22 +362,23 @@ mod tests {
     #[test]
     fn connection_limits_have_defaults_and_are_checked() {
         let plan = Config::default().plan().unwrap();
-        let l = plan.limits;
-        assert_eq!(l.grpc_max_connections_per_peer, 128);
-        assert_eq!(l.http_max_connections_per_peer, 128);
-        assert!(l.grpc_max_connections_per_peer < l.grpc_max_connections / 4);
-        assert_eq!(l.grpc_handshake_timeout, Duration::from_secs(10));
-        assert_eq!(l.grpc_max_connection_idle, Duration::from_secs(120));
-        assert!(l.http_read_header_timeout <= Duration::from_secs(10));
+        let (g, h) = (plan.grpc().unwrap().limits, plan.http().unwrap().limits);
+        assert_eq!(g.per_peer, 128);
+        assert_eq!(h.per_peer, 128);
+        assert!(g.per_peer < g.max / 4);
+        assert_eq!(g.opening, Duration::from_secs(10));
+        assert_eq!(g.idle, Duration::from_secs(120));
+        assert!(h.opening <= Duration::from_secs(10));
         let c = Config::from_yaml(
             "receivers:\n  otlp:\n    protocols:\n      grpc:\n        max_connections_per_peer: 8\n        handshake_timeout: 2s\n        max_connection_idle: 30s\n      http:\n        max_connections_per_peer: 4\n",
         )
         .unwrap();
-        let l = c.plan().unwrap().limits;
-        assert_eq!(l.grpc_max_connections_per_peer, 8);
-        assert_eq!(l.grpc_handshake_timeout, Duration::from_secs(2));
-        assert_eq!(l.grpc_max_connection_idle, Duration::from_secs(30));
-        assert_eq!(l.http_max_connections_per_peer, 4);
+        let plan = c.plan().unwrap();
+        let (g, h) = (plan.grpc().unwrap().limits, plan.http().unwrap().limits);
+        assert_eq!(g.per_peer, 8);
+        assert_eq!(g.opening, Duration::from_secs(2));
+        assert_eq!(g.idle, Duration::from_secs(30));
+        assert_eq!(h.per_peer, 4);
         for (yaml, key) in [
             (
                 "grpc:\n        max_connections: 10\n        max_connections_per_peer: 11\n",
@@ -820,7 +415,7 @@ mod tests {
             "receivers:\n  otlp:\n    protocols:\n      http:\n        max_connections: 4\n",
         )
         .unwrap();
-        assert_eq!(c.plan().unwrap().limits.http_max_connections_per_peer, 4);
+        assert_eq!(c.plan().unwrap().http().unwrap().limits.per_peer, 4);
     }
 
     /// Every YAML snippet in the config reference parses; those that configure the
@@ -867,8 +462,8 @@ mod tests {
             ..Default::default()
         });
         let plan = c.plan().unwrap();
-        assert_eq!(plan.grpc.unwrap().0.port(), 0);
-        assert_eq!(plan.pushes.len(), 1);
+        assert_eq!(plan.grpc().unwrap().addr.port(), 0);
+        assert_eq!(plan.pushes().count(), 1);
     }
 
     #[test]

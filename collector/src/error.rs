@@ -34,8 +34,8 @@ pub enum Error {
         "cannot listen on {addr} for the {what}: {source} (another process may use the port: pick another one in the config or on the command line, or use port 0)"
     )]
     Bind {
-        /// Which component.
-        what: &'static str,
+        /// Which component (its key and role).
+        what: String,
         /// The address.
         addr: SocketAddr,
         /// Why.

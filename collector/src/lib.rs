@@ -82,9 +82,13 @@
 
 pub(crate) mod aggregate;
 mod auth;
+mod component;
 pub mod config;
+mod duration;
 mod error;
 mod exporters;
+mod forward;
+mod labels;
 mod net;
 mod receivers;
 mod self_metrics;
@@ -96,7 +100,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -111,8 +114,9 @@ pub use storage::STATE_FILE;
 
 use self_metrics::SelfMetrics;
 
-/// Where the running collector listens (the bound addresses: useful with port 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where the running collector listens (the bound addresses: useful with port 0). With
+/// several instances of a kind (`otlp/a`, `otlp/b`), the first in key order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Addresses {
     /// OTLP/gRPC.
     pub grpc: Option<SocketAddr>,
@@ -120,6 +124,18 @@ pub struct Addresses {
     pub http: Option<SocketAddr>,
     /// The Prometheus endpoint.
     pub prometheus: Option<SocketAddr>,
+}
+
+impl Addresses {
+    /// Notes where a listener took its port (the first of each kind).
+    fn record(&mut self, listener: self_metrics::Listener, addr: SocketAddr) {
+        let slot = match listener {
+            self_metrics::Listener::Grpc => &mut self.grpc,
+            self_metrics::Listener::Http => &mut self.http,
+            self_metrics::Listener::Prometheus => &mut self.prometheus,
+        };
+        slot.get_or_insert(addr);
+    }
 }
 
 impl fmt::Display for Addresses {
@@ -191,11 +207,17 @@ impl Checkpointer {
         let bytes = self.aggregator.snapshot_state().encode();
         match self.storage.write(&bytes) {
             Ok(()) => {
-                self.stats.checkpoints[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self_metrics::add(
+                    &self.stats.checkpoints[self_metrics::CheckpointOutcome::Ok],
+                    1,
+                );
                 true
             }
             Err(e) => {
-                self.stats.checkpoints[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self_metrics::add(
+                    &self.stats.checkpoints[self_metrics::CheckpointOutcome::Failed],
+                    1,
+                );
                 let mut last = self
                     .last_error_log
                     .lock()
@@ -212,28 +234,6 @@ impl Checkpointer {
             }
         }
     }
-}
-
-/// The listen backlog asked for (the kernel caps it at `net.core.somaxconn`, 4096 on
-/// current Linux): a burst of connections, stuck ones included, then waits in the
-/// kernel for the receiver to accept and time it, rather than overflowing the queue
-/// and having real exporters' handshakes dropped (tokio's `bind` asks for 1024).
-const LISTEN_BACKLOG: u32 = 4096;
-
-async fn bind(what: &'static str, addr: SocketAddr) -> Result<TcpListener, Error> {
-    let listen = || {
-        let socket = if addr.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        // What `TcpListener::bind` does on Unix: a restart may rebind at once.
-        #[cfg(unix)]
-        socket.set_reuseaddr(true)?;
-        socket.bind(addr)?;
-        socket.listen(LISTEN_BACKLOG)
-    };
-    listen().map_err(|source| Error::Bind { what, addr, source })
 }
 
 impl Collector {
@@ -284,138 +284,47 @@ impl Collector {
         let cancel = CancellationToken::new();
         let stop_receiving = cancel.child_token();
         let stop_exporting = cancel.child_token();
-        // TLS and tokens are read again here (the plan checked them): a file changed
-        // since fails the start, clearly.
-        let sec = &plan.security;
-        let tls = |listener, key: &str, s: &Option<config::TlsServerSettings>, alpn: &[&[u8]]| {
-            s.as_ref()
-                .map(|s| {
-                    let l = Arc::new(tls::TlsListener::new(
-                        listener,
-                        key,
-                        s,
-                        alpn,
-                        stats.clone(),
-                    )?);
-                    // Rotated certificates are picked up without a restart.
-                    l.watch(cancel.clone());
-                    Ok::<_, Error>(l)
-                })
-                .transpose()
+        let stats_for = |stop: &CancellationToken| component::Context {
+            aggregator: aggregator.clone(),
+            stats: stats.clone(),
+            traces: None,
+            stop: stop.clone(),
+            stopped: cancel.clone(),
         };
-        use self_metrics::Listener;
-        let grpc_tls = tls(
-            Listener::Grpc,
-            "receivers.otlp.protocols.grpc.tls",
-            &sec.grpc_tls,
-            &[tls::ALPN_H2],
-        )?;
-        let http_tls = tls(
-            Listener::Http,
-            "receivers.otlp.protocols.http.tls",
-            &sec.http_tls,
-            &[tls::ALPN_HTTP1],
-        )?;
-        let prometheus_tls = tls(
-            Listener::Prometheus,
-            "exporters.prometheus.tls",
-            &sec.prometheus_tls,
-            &[tls::ALPN_HTTP1],
-        )?;
-        let auth = |a: &Option<config::BearerTokenAuthConfig>| {
-            a.as_ref()
-                .map(|a| auth::BearerAuth::start(a, cancel.clone()))
-                .transpose()
-        };
-        let grpc_auth = auth(&sec.grpc_auth)?;
-        let http_auth = auth(&sec.http_auth)?;
         // The traces pipeline's exporters stop after the receivers, as the others do.
-        let (traces, trace_exporters) = if plan.traces.is_empty() {
-            (None, Vec::new())
-        } else {
+        let mut exporters = Vec::new();
+        let mut receiving = stats_for(&stop_receiving);
+        if !plan.traces.is_empty() {
             let (forwarder, tasks) = exporters::traces::start(
                 plan.traces.clone(),
                 stats.clone(),
                 stop_exporting.clone(),
             );
-            (Some(forwarder), tasks)
-        };
-        let grpc = match plan.grpc {
-            Some((addr, max)) => Some((bind("OTLP/gRPC receiver", addr).await?, max)),
-            None => None,
-        };
-        let http = match plan.http {
-            Some((addr, max)) => Some((bind("OTLP/HTTP receiver", addr).await?, max)),
-            None => None,
-        };
-        let prometheus = match plan.prometheus {
-            Some((addr, sources)) => Some((bind("Prometheus endpoint", addr).await?, sources)),
-            None => None,
-        };
-        let local = |l: &TcpListener| {
-            l.local_addr().map_err(|source| Error::Io {
-                what: "reading a bound address",
-                source,
-            })
-        };
-        let addresses = Addresses {
-            grpc: grpc.as_ref().map(|(l, _)| local(l)).transpose()?,
-            http: http.as_ref().map(|(l, _)| local(l)).transpose()?,
-            prometheus: prometheus.as_ref().map(|(l, _)| local(l)).transpose()?,
-        };
+            receiving.traces = Some(forwarder);
+            exporters.extend(tasks);
+        }
+        // Every port taken and every file read before anything serves: a failure here
+        // drops what was bound.
+        let mut started = Vec::new();
+        for r in plan.receivers {
+            started.push((true, r.start(&receiving).await?));
+        }
+        let exporting = stats_for(&stop_exporting);
+        for e in plan.exporters {
+            started.push((false, e.start(&exporting).await?));
+        }
+        let mut addresses = Addresses::default();
         let mut receivers = Vec::new();
-        if let Some((listener, max)) = grpc {
-            receivers.push(tokio::spawn(receivers::grpc::serve(
-                listener,
-                max,
-                plan.limits,
-                grpc_tls,
-                grpc_auth,
-                traces.clone(),
-                aggregator.clone(),
-                stats.clone(),
-                stop_receiving.clone(),
-            )));
-        }
-        if let Some((listener, max)) = http {
-            receivers.push(tokio::spawn(receivers::http::serve(
-                listener,
-                max,
-                plan.limits,
-                http_tls,
-                http_auth,
-                traces.clone(),
-                aggregator.clone(),
-                stats.clone(),
-                stop_receiving.clone(),
-            )));
-        }
-        let mut exporters = trace_exporters;
-        if let Some((listener, sources)) = prometheus {
-            exporters.push(tokio::spawn(exporters::prometheus::serve(
-                listener,
-                sources,
-                prometheus_tls,
-                aggregator.clone(),
-                stop_exporting.clone(),
-            )));
-        }
-        for (protocol, cfg) in plan.pushes {
-            exporters.push(tokio::spawn(exporters::otlp::run(
-                protocol,
-                cfg,
-                aggregator.clone(),
-                stats.clone(),
-                stop_exporting.clone(),
-            )));
-        }
-        if let Some(cfg) = plan.remote_write {
-            exporters.push(tokio::spawn(exporters::remote_write::run(
-                cfg,
-                aggregator.clone(),
-                stats.clone(),
-                stop_exporting.clone(),
-            )));
+        for (receiver, s) in started {
+            if let Some((listener, addr)) = s.address {
+                addresses.record(listener, addr);
+            }
+            let task = tokio::spawn(s.run);
+            if receiver {
+                receivers.push(task);
+            } else {
+                exporters.push(task);
+            }
         }
         let mut others = Vec::new();
         if let Some(checkpointer) = &checkpointer {

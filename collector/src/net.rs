@@ -29,7 +29,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future as _;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -195,6 +195,8 @@ struct Slots {
     limits: ConnLimits,
     /// Whose connections these are (`None`: the Prometheus endpoint, not counted).
     transport: Option<Transport>,
+    /// The receiver's key (`receivers.otlp.protocols.grpc`), for the logs.
+    key: String,
     stats: Arc<SelfMetrics>,
     /// The receiver's stop.
     stop: CancellationToken,
@@ -262,15 +264,17 @@ pub(crate) struct LimitedListener {
 
 impl LimitedListener {
     /// A receiver's listener: its connections capped, timed and counted under
-    /// `transport`, and closed when unfinished or idle once `stop` is cancelled.
+    /// `transport`, and closed when unfinished or idle once `stop` is cancelled
+    /// (`owner`: the transport and the receiver's key, for the logs).
     pub(crate) fn new(
         listener: TcpListener,
         limits: ConnLimits,
-        transport: Transport,
+        owner: (Transport, String),
         stats: Arc<SelfMetrics>,
         stop: CancellationToken,
     ) -> LimitedListener {
-        LimitedListener::with(listener, limits, Some(transport), stats, stop)
+        let (transport, key) = owner;
+        LimitedListener::with(listener, limits, Some((transport, key)), stats, stop)
     }
 
     /// A listener whose connections are not capped (the Prometheus endpoint), but
@@ -292,16 +296,21 @@ impl LimitedListener {
     fn with(
         listener: TcpListener,
         limits: ConnLimits,
-        transport: Option<Transport>,
+        owner: Option<(Transport, String)>,
         stats: Arc<SelfMetrics>,
         stop: CancellationToken,
     ) -> LimitedListener {
+        let (transport, key) = match owner {
+            Some((t, k)) => (Some(t), k),
+            None => (None, String::new()),
+        };
         LimitedListener {
             listener,
             slots: Arc::new(Slots {
                 table: Mutex::new(Table::default()),
                 limits,
                 transport,
+                key,
                 stats,
                 stop,
             }),
@@ -338,24 +347,13 @@ impl LimitedListener {
         let Some(transport) = self.slots.transport else {
             return;
         };
-        self.slots.stats.connections_refused[transport as usize].fetch_add(1, Ordering::Relaxed);
+        crate::self_metrics::add(&self.slots.stats.connections_refused[transport], 1);
         let limits = self.slots.limits;
-        let (key, max) = match (transport, why) {
-            (Transport::Grpc, Refusal::Full) => {
-                ("receivers.otlp.protocols.grpc.max_connections", limits.max)
-            }
-            (Transport::Http, Refusal::Full) => {
-                ("receivers.otlp.protocols.http.max_connections", limits.max)
-            }
-            (Transport::Grpc, Refusal::PerPeer) => (
-                "receivers.otlp.protocols.grpc.max_connections_per_peer",
-                limits.per_peer,
-            ),
-            (Transport::Http, Refusal::PerPeer) => (
-                "receivers.otlp.protocols.http.max_connections_per_peer",
-                limits.per_peer,
-            ),
+        let (setting, max) = match why {
+            Refusal::Full => ("max_connections", limits.max),
+            Refusal::PerPeer => ("max_connections_per_peer", limits.per_peer),
         };
+        let key = format!("{}.{setting}", self.slots.key);
         let whose = match why {
             Refusal::Full => "the collector has",
             Refusal::PerPeer => "this peer address has",
@@ -884,6 +882,56 @@ pub(crate) async fn serve_http1(
         });
     }
     while connections.join_next().await.is_some() {}
+}
+
+/// The listen backlog of every listener: a burst of connections (a fleet's ranks
+/// starting at once, or a flood) waits in the kernel's queue instead of being reset
+/// and having real exporters' handshakes dropped (tokio's `bind` asks for 1024).
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Takes `addr` for `what` (a component's key and role, for the error).
+pub(crate) async fn bind(
+    what: String,
+    addr: SocketAddr,
+) -> Result<TcpListener, crate::error::Error> {
+    let listen = || {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // What `TcpListener::bind` does on Unix: a restart may rebind at once.
+        #[cfg(unix)]
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    listen().map_err(|source| crate::error::Error::Bind { what, addr, source })
+}
+
+/// The address a listener took (useful with port 0).
+pub(crate) fn local_addr(l: &TcpListener) -> Result<SocketAddr, crate::error::Error> {
+    l.local_addr().map_err(|source| crate::error::Error::Io {
+        what: "reading a bound address",
+        source,
+    })
+}
+
+/// Resolves a listener's `host:port` (`path`: its key, for the error).
+pub(crate) fn resolve(path: &str, endpoint: &str) -> Result<SocketAddr, crate::error::Error> {
+    use std::net::ToSocketAddrs as _;
+    let error = |message: String| crate::error::Error::Config {
+        path: path.to_owned(),
+        message,
+    };
+    let mut addrs = endpoint.to_socket_addrs().map_err(|e| {
+        error(format!(
+            "`{endpoint}` is not a host:port address ({e}); write e.g. 127.0.0.1:4317"
+        ))
+    })?;
+    addrs
+        .next()
+        .ok_or_else(|| error(format!("`{endpoint}` resolves to no address")))
 }
 
 #[cfg(test)]

@@ -399,7 +399,7 @@ impl TlsListener {
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no handshake within {timeout:?}"),
         };
-        self.stats.tls_handshakes_failed[self.listener as usize].fetch_add(1, Ordering::Relaxed);
+        crate::self_metrics::add(&self.stats.tls_handshakes_failed[self.listener], 1);
         let mut last = self.last_log.lock().unwrap_or_else(PoisonError::into_inner);
         if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
             *last = Some(Instant::now());
@@ -499,6 +499,46 @@ async fn watch(listener: std::sync::Weak<TlsListener>, cancel: CancellationToken
 }
 
 /// The ALPN protocol of gRPC.
+/// How a listener with `tls` is secured: `plaintext`, `TLS` or `mutual TLS`.
+pub(crate) fn describe(tls: &Option<TlsServerSettings>) -> &'static str {
+    match tls {
+        Some(t) if t.client_ca_file.is_some() => "mutual TLS",
+        Some(_) => "TLS",
+        None => "plaintext",
+    }
+}
+
+/// Checks a listener's `tls` at `key` (the files read, the key matching, the dates).
+pub(crate) fn check_server(key: &str, tls: &Option<TlsServerSettings>) -> Result<(), Error> {
+    if let Some(t) = tls {
+        server_config(key, t, &[])?;
+    }
+    Ok(())
+}
+
+/// A listener's TLS (`None` without `tls`), its files read again here (a file changed
+/// since the plan fails the start, clearly), and watched until `stopped` so that a
+/// rotated certificate is picked up without a restart.
+pub(crate) fn start_listener(
+    listener: Listener,
+    key: &str,
+    tls: &Option<TlsServerSettings>,
+    alpn: &[&[u8]],
+    stats: &Arc<SelfMetrics>,
+    stopped: &CancellationToken,
+) -> Result<Option<Arc<TlsListener>>, Error> {
+    let Some(settings) = tls else { return Ok(None) };
+    let l = Arc::new(TlsListener::new(
+        listener,
+        key,
+        settings,
+        alpn,
+        stats.clone(),
+    )?);
+    l.watch(stopped.clone());
+    Ok(Some(l))
+}
+
 pub(crate) const ALPN_H2: &[u8] = b"h2";
 /// The ALPN protocol of HTTP/1.1.
 pub(crate) const ALPN_HTTP1: &[u8] = b"http/1.1";

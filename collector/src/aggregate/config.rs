@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::duration_serde;
+use crate::duration as duration_serde;
 
 /// How the fleet view combines one gauge's series from several sources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -51,46 +51,7 @@ impl MetricKind {
     }
 }
 
-/// Why a data point was refused (the `reason` label of
-/// `higgsmeter_collector_points_refused_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RefusalReason {
-    NonFinite,
-    NegativeCounter,
-    HistogramBounds,
-    Invalid,
-    TypeConflict,
-    UnsupportedType,
-    Cardinality,
-    OutOfOrder,
-}
-
-impl RefusalReason {
-    pub(crate) const COUNT: usize = 8;
-    pub(crate) const ALL: [RefusalReason; RefusalReason::COUNT] = [
-        RefusalReason::NonFinite,
-        RefusalReason::NegativeCounter,
-        RefusalReason::HistogramBounds,
-        RefusalReason::Invalid,
-        RefusalReason::TypeConflict,
-        RefusalReason::UnsupportedType,
-        RefusalReason::Cardinality,
-        RefusalReason::OutOfOrder,
-    ];
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            RefusalReason::NonFinite => "non_finite",
-            RefusalReason::NegativeCounter => "negative_counter",
-            RefusalReason::HistogramBounds => "histogram_bounds",
-            RefusalReason::Invalid => "invalid",
-            RefusalReason::TypeConflict => "type_conflict",
-            RefusalReason::UnsupportedType => "unsupported_type",
-            RefusalReason::Cardinality => "cardinality",
-            RefusalReason::OutOfOrder => "out_of_order",
-        }
-    }
-}
+pub(crate) use crate::labels::RefusalReason;
 
 /// Which Prometheus view to render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -350,11 +311,10 @@ impl Aggregator {
         let mut outcome = Outcome::default();
         let now = self.now();
         wire::apply(&self.store, bytes, now, &mut outcome)?;
-        self.stats.points_received[transport as usize]
-            .fetch_add(outcome.received, Ordering::Relaxed);
-        for (i, n) in outcome.refused.iter().enumerate() {
-            if *n > 0 {
-                self.stats.points_refused[i].fetch_add(*n, Ordering::Relaxed);
+        crate::self_metrics::add(&self.stats.points_received[transport], outcome.received);
+        for (reason, n) in RefusalReason::ALL.into_iter().zip(outcome.refused) {
+            if n > 0 {
+                crate::self_metrics::add(&self.stats.points_refused[reason], n);
             }
         }
         let rejected = outcome.refused_total();

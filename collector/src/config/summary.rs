@@ -2,75 +2,28 @@
 //! exporters), where the state lives and the limits, as lines a person reads. Never a
 //! secret: tokens and headers are not printed.
 
-use std::time::Duration;
-
-use super::{Plan, PushProtocol};
-
-/// `1s`, `100ms`, `1h`: a duration as the config writes it.
-fn dur(d: Duration) -> String {
-    let ms = d.as_millis();
-    if ms == 0 {
-        format!("{d:?}")
-    } else if ms.is_multiple_of(3_600_000) {
-        format!("{}h", ms / 3_600_000)
-    } else if ms.is_multiple_of(60_000) {
-        format!("{}m", ms / 60_000)
-    } else if ms.is_multiple_of(1000) {
-        format!("{}s", ms / 1000)
-    } else {
-        format!("{ms}ms")
-    }
-}
-
-/// `16 MiB`, `512 KiB`, `100 B`.
-fn bytes(n: usize) -> String {
-    const MIB: usize = 1 << 20;
-    const KIB: usize = 1 << 10;
-    if n >= MIB && n.is_multiple_of(MIB) {
-        format!("{} MiB", n / MIB)
-    } else if n >= KIB && n.is_multiple_of(KIB) {
-        format!("{} KiB", n / KIB)
-    } else {
-        format!("{n} B")
-    }
-}
+use super::Plan;
+use crate::duration::show as dur;
 
 impl Plan {
     /// The effective configuration in readable lines (what `--check-config` prints):
     /// each pipeline as `receivers -> processors -> exporters`, then every component
-    /// with its address and settings, where the aggregation state lives, the limits,
-    /// and how each listener is secured.
+    /// with its address and settings (each component says its own line), where the
+    /// aggregation state lives, the limits, and how each listener is secured.
     pub fn summary(&self) -> Vec<String> {
-        let mut receivers = Vec::new();
-        if let Some((addr, _)) = self.grpc {
-            receivers.push(format!("otlp/grpc {addr}"));
-        }
-        if let Some((addr, _)) = self.http {
-            receivers.push(format!("otlp/http {addr}"));
-        }
-        let mut exporters = Vec::new();
-        if let Some((addr, _)) = self.prometheus {
-            exporters.push(format!("prometheus {addr}"));
-        }
-        for (protocol, e) in &self.pushes {
-            exporters.push(format!("{} {}", push_name(*protocol), e.endpoint));
-        }
-        if let Some(rw) = &self.remote_write {
-            exporters.push(format!("prometheusremotewrite {}", rw.endpoint));
-        }
-        let list = |items: &[String]| {
+        let list = |items: Vec<String>| {
             if items.is_empty() {
                 "(none)".to_owned()
             } else {
                 items.join(", ")
             }
         };
+        let receivers = list(self.receivers.iter().map(|r| r.describe()).collect());
         let mut lines = vec![
             "pipelines:".to_owned(),
             format!(
-                "  metrics: {} -> higgsmeter -> {}",
-                list(&receivers),
-                list(&exporters)
+                "  metrics: {receivers} -> higgsmeter -> {}",
+                list(self.exporters.iter().map(|e| e.describe()).collect())
             ),
         ];
         if self.traces.is_empty() {
@@ -79,39 +32,19 @@ impl Plan {
             let to: Vec<String> = self
                 .traces
                 .iter()
-                .map(|(p, e)| {
+                .map(|p| {
+                    let e = p.settings();
                     let endpoint = e.traces_endpoint.as_deref().unwrap_or(&e.endpoint);
-                    format!("{} {endpoint}", push_name(*p))
+                    format!("{} {endpoint}", p.id())
                 })
                 .collect();
             lines.push(format!(
-                "  traces: {} -> (forwarded as received) -> {}",
-                list(&receivers),
-                list(&to)
+                "  traces: {receivers} -> (forwarded as received) -> {}",
+                list(to)
             ));
         }
         lines.push("receivers:".to_owned());
-        let l = &self.limits;
-        if let Some((addr, max)) = self.grpc {
-            lines.push(format!(
-                "  otlp/grpc on {addr}: messages up to {}, at most {} connections, a request times out after {}",
-                bytes(max),
-                l.grpc_max_connections,
-                dur(l.grpc_read_timeout)
-            ));
-        }
-        if let Some((addr, max)) = self.http {
-            lines.push(format!(
-                "  otlp/http on {addr}: bodies up to {}, at most {} connections, headers within {}, a body within {}",
-                bytes(max),
-                l.http_max_connections,
-                dur(l.http_read_header_timeout),
-                dur(l.http_read_timeout)
-            ));
-        }
-        if self.grpc.is_none() && self.http.is_none() {
-            lines.push("  (none)".to_owned());
-        }
+        lines.extend(self.receivers.iter().map(|r| r.summary()));
         let a = &self.aggregate;
         lines.push("processors:".to_owned());
         lines.push(format!(
@@ -143,39 +76,8 @@ impl Plan {
             lines.push(format!("  static labels: {}", labels.join(", ")));
         }
         lines.push("exporters:".to_owned());
-        if let Some((addr, sources)) = self.prometheus {
-            lines.push(format!(
-                "  prometheus on {addr}: /metrics (fleet){}, / and /api/cluster (cluster page)",
-                if sources {
-                    ", /metrics/sources (per source)"
-                } else {
-                    ""
-                }
-            ));
-        }
-        for (protocol, e) in &self.pushes {
-            lines.push(format!(
-                "  {} to {}: every {}, timeout {}, per-source series {}",
-                push_name(*protocol),
-                e.endpoint,
-                dur(e.interval),
-                dur(e.timeout),
-                if e.include_sources {
-                    "included"
-                } else {
-                    "not included"
-                }
-            ));
-        }
-        if let Some(rw) = &self.remote_write {
-            lines.push(format!(
-                "  prometheusremotewrite to {}: every {}, timeout {}",
-                rw.endpoint,
-                dur(rw.interval),
-                dur(rw.timeout)
-            ));
-        }
-        if exporters.is_empty() {
+        lines.extend(self.exporters.iter().map(|e| e.summary()));
+        if self.exporters.is_empty() {
             lines.push("  (none)".to_owned());
         }
         lines.push(self.state_summary());
@@ -185,15 +87,9 @@ impl Plan {
             a.max_series_per_metric,
             dur(self.shutdown_timeout)
         ));
-        lines.extend(self.security.summary());
+        lines.extend(self.receivers.iter().map(|r| r.security()));
+        lines.extend(self.exporters.iter().filter_map(|e| e.security()));
         lines
-    }
-}
-
-fn push_name(protocol: PushProtocol) -> &'static str {
-    match protocol {
-        PushProtocol::Grpc => "otlp",
-        PushProtocol::Http => "otlphttp",
     }
 }
 
@@ -211,14 +107,14 @@ mod tests {
         });
         let text = config.plan().expect("plan").summary().join("\n");
         for want in [
-            "  metrics: otlp/grpc 127.0.0.1:4317, otlp/http 127.0.0.1:4318 -> higgsmeter -> prometheus 127.0.0.1:9464, otlp http://127.0.0.1:14317",
-            "  otlp/http on 127.0.0.1:4318: bodies up to 16 MiB",
+            "  metrics: otlp grpc 127.0.0.1:4317, otlp http 127.0.0.1:4318 -> higgsmeter -> otlp http://127.0.0.1:14317, prometheus 127.0.0.1:9464",
+            "  otlp http on 127.0.0.1:4318: bodies up to 16 MiB",
             "a source is stale after 5s of silence and forgotten after 1h",
             "  gauges: no rules; the catalog's rule for its families; else sources_only",
             "  otlp to http://127.0.0.1:14317: every 1s",
             "aggregation state: none",
             "limits: 200000 series in all, 50000 per metric; shutdown within 10s",
-            "OTLP/gRPC receiver: plaintext",
+            "OTLP/gRPC receiver otlp: plaintext",
         ] {
             assert!(text.contains(want), "no `{want}` in:\n{text}");
         }

@@ -16,7 +16,8 @@ use tonic::codec::CompressionEncoding;
 
 use super::connect::Connector;
 use super::push::{Accepted, Failure, SendResult};
-use crate::config::{Compression, Headers, TlsClientSettings};
+use super::settings::{Compression, Headers};
+use crate::tls::TlsClientSettings;
 
 /// The longest `Retry-After` (or gRPC `RetryInfo`) delay honoured.
 pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);

@@ -1,27 +1,195 @@
-//! OTLP push of the aggregate to an upstream (`exporters.otlp`, `exporters.otlphttp`):
-//! what it reads (the fleet view, and with `include_sources` every live source's
-//! series) and how it encodes it (an `ExportMetricsServiceRequest`). Queue, retries,
-//! counting and the final flush are the push driver's (`push.rs`); TLS, headers,
-//! compression and timeouts the client's (`client.rs`).
+//! OTLP push of the aggregate to an upstream (`exporters.otlp`, `exporters.otlphttp`,
+//! and their named instances `otlp/NAME`): its settings and their checks, what it
+//! reads (the fleet view, and with `include_sources` every live source's series) and
+//! how it encodes it (an `ExportMetricsServiceRequest`). Queue, retries, counting and
+//! the final flush are the push driver's (`push.rs`); TLS, headers, compression and
+//! timeouts the client's (`client.rs`). The traces pipeline (`traces.rs`) pushes with
+//! the same settings.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::FutureExt as _;
 use prost::Message as _;
-use tokio_util::sync::CancellationToken;
+use serde::Deserialize;
 
 use super::client::{ClientSettings, GrpcClient, HttpClient, OtlpClient, protobuf_headers};
 use super::push::{self, Batch, Outcomes, Push, Reading, Schedule, SendResult, Signal};
+use super::settings::{
+    Compression, Headers, RetryOnFailure, SendingQueue, check_push, check_security, check_url,
+    default_export_interval, default_timeout,
+};
 use crate::aggregate::Aggregator;
-use crate::config::{OtlpExporter, PushProtocol};
-use crate::self_metrics::{ExporterKind, SelfMetrics};
+use crate::component::{ComponentId, Context, Started};
+use crate::duration as duration_serde;
+use crate::error::Error;
+use crate::tls::TlsClientSettings;
+
+/// `exporters.otlp` / `exporters.otlphttp` (and `otlp/NAME`, `otlphttp/NAME`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpExporter {
+    /// The upstream: `http://host:4317` (gRPC) or `http://host:4318` (HTTP; `/v1/metrics`
+    /// is appended unless the URL has a path); `https://` for TLS. Required.
+    pub endpoint: String,
+    /// TLS settings for an `https://` endpoint (default: the system's roots).
+    #[serde(default)]
+    pub tls: Option<TlsClientSettings>,
+    /// Headers sent with every push, e.g. `authorization: "Bearer ..."`.
+    #[serde(default)]
+    pub headers: Headers,
+    /// `otlphttp` only: where traces go (default: `endpoint` with `/v1/traces`, or the
+    /// endpoint as written when it has a path other than `/v1/metrics`).
+    #[serde(default)]
+    pub traces_endpoint: Option<String>,
+    /// How often the aggregate is pushed (default 1 s, the catalog's `STATUS_INTERVAL_S`).
+    #[serde(default = "default_export_interval", with = "duration_serde")]
+    pub interval: Duration,
+    /// Per-attempt timeout (default 5 s).
+    #[serde(default = "default_timeout", with = "duration_serde")]
+    pub timeout: Duration,
+    /// `gzip` (default) or `none`.
+    #[serde(default)]
+    pub compression: Compression,
+    /// Also push every live source's series, with its own resource (default false).
+    #[serde(default)]
+    pub include_sources: bool,
+    /// The bounded queue of pending pushes.
+    #[serde(default)]
+    pub sending_queue: SendingQueue,
+    /// Retries with exponential backoff.
+    #[serde(default)]
+    pub retry_on_failure: RetryOnFailure,
+}
+
+impl OtlpExporter {
+    /// Pushes to `endpoint` with every other setting at its default.
+    pub fn new(endpoint: impl Into<String>) -> OtlpExporter {
+        OtlpExporter {
+            endpoint: endpoint.into(),
+            tls: None,
+            headers: Headers::default(),
+            traces_endpoint: None,
+            interval: default_export_interval(),
+            timeout: default_timeout(),
+            compression: Compression::default(),
+            include_sources: false,
+            sending_queue: SendingQueue::default(),
+            retry_on_failure: RetryOnFailure::default(),
+        }
+    }
+
+    /// Checks the settings of exporter `id` pushing metrics with `protocol`.
+    pub(crate) fn plan(&self, id: &ComponentId, protocol: PushProtocol) -> Result<OtlpPlan, Error> {
+        let key = format!("exporters.{id}");
+        check_url(&format!("{key}.endpoint"), &self.endpoint)?;
+        check_security(&key, &self.endpoint, &self.tls, &self.headers)?;
+        check_push(
+            &key,
+            self.interval,
+            self.timeout,
+            &self.sending_queue,
+            &self.retry_on_failure,
+        )?;
+        Ok(OtlpPlan {
+            id: id.clone(),
+            protocol,
+            settings: self.clone(),
+        })
+    }
+
+    /// Checks the settings of exporter `id` forwarding spans with `protocol`.
+    pub(crate) fn plan_traces(
+        &self,
+        id: &ComponentId,
+        protocol: PushProtocol,
+    ) -> Result<OtlpPlan, Error> {
+        let key = format!("exporters.{id}");
+        check_url(&format!("{key}.endpoint"), &self.endpoint)?;
+        if let Some(t) = &self.traces_endpoint {
+            check_url(&format!("{key}.traces_endpoint"), t)?;
+        }
+        check_security(&key, &self.endpoint, &self.tls, &self.headers)?;
+        if self.sending_queue.traces_queue_mib == 0 || self.timeout.is_zero() {
+            return Err(Error::Config {
+                path: format!("{key}.sending_queue.traces_queue_mib"),
+                message: "traces_queue_mib and timeout must be more than 0".into(),
+            });
+        }
+        Ok(OtlpPlan {
+            id: id.clone(),
+            protocol,
+            settings: self.clone(),
+        })
+    }
+}
+
+/// Which OTLP transport an exporter pushes with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushProtocol {
+    /// `exporters.otlp`.
+    Grpc,
+    /// `exporters.otlphttp`.
+    Http,
+}
+
+/// A checked OTLP exporter: its key, transport and settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpPlan {
+    pub(crate) id: ComponentId,
+    pub(crate) protocol: PushProtocol,
+    pub(crate) settings: OtlpExporter,
+}
+
+impl OtlpPlan {
+    /// Its key under `exporters`.
+    pub fn id(&self) -> &ComponentId {
+        &self.id
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> &OtlpExporter {
+        &self.settings
+    }
+
+    /// `otlp/primary http://...`: the exporter in a pipeline line.
+    pub(crate) fn describe(&self) -> String {
+        format!("{} {}", self.id, self.settings.endpoint)
+    }
+
+    /// Its line under `exporters:` in `--check-config`.
+    pub(crate) fn summary(&self) -> String {
+        let e = &self.settings;
+        format!(
+            "  {} to {}: every {}, timeout {}, per-source series {}",
+            self.id,
+            e.endpoint,
+            crate::duration::show(e.interval),
+            crate::duration::show(e.timeout),
+            if e.include_sources {
+                "included"
+            } else {
+                "not included"
+            }
+        )
+    }
+
+    /// Starts pushing the aggregate (nothing to bind: the client is made as it runs).
+    pub(crate) fn start(self, ctx: &Context) -> Started {
+        Started {
+            address: None,
+            run: run(self, ctx.clone()).boxed(),
+        }
+    }
+}
 
 const METRICS_EXPORT_PATH: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
 
-/// The client settings of an OTLP exporter (`name`: its key under `exporters`).
-pub(crate) fn settings<'a>(name: &'a str, cfg: &'a OtlpExporter) -> ClientSettings<'a> {
+/// The client settings of an OTLP exporter (`key`: `exporters.<id>`).
+pub(crate) fn settings<'a>(key: &'a str, cfg: &'a OtlpExporter) -> ClientSettings<'a> {
     ClientSettings {
-        key: name,
+        key,
         endpoint: &cfg.endpoint,
         tls: &cfg.tls,
         headers: &cfg.headers,
@@ -33,27 +201,18 @@ pub(crate) fn settings<'a>(name: &'a str, cfg: &'a OtlpExporter) -> ClientSettin
 /// The client of an OTLP exporter for one signal: gRPC calls `grpc_path`; HTTP posts
 /// to `http_url`.
 pub(crate) fn client(
-    protocol: PushProtocol,
-    cfg: &OtlpExporter,
+    plan: &OtlpPlan,
     grpc_path: &'static str,
     http_url: impl FnOnce() -> Result<http::Uri, String>,
 ) -> Result<OtlpClient, String> {
-    let key = format!("exporters.{}", kind(protocol).as_str());
-    let s = settings(&key, cfg);
-    Ok(match protocol {
+    let key = format!("exporters.{}", plan.id);
+    let s = settings(&key, &plan.settings);
+    Ok(match plan.protocol {
         PushProtocol::Grpc => OtlpClient::Grpc(GrpcClient::new(&s, grpc_path)?),
         PushProtocol::Http => {
             OtlpClient::Http(HttpClient::new(&s, http_url()?, protobuf_headers())?)
         }
     })
-}
-
-/// The exporter kind (self-metric label) of a protocol.
-pub(crate) fn kind(protocol: PushProtocol) -> ExporterKind {
-    match protocol {
-        PushProtocol::Grpc => ExporterKind::Grpc,
-        PushProtocol::Http => ExporterKind::Http,
-    }
 }
 
 /// An OTLP/HTTP URL: `endpoint` as written when it has a path (other than the other
@@ -104,26 +263,21 @@ impl Push for OtlpPush {
     }
 }
 
-/// Pushes the aggregate every `cfg.interval` until `cancel`, then flushes once.
-pub(crate) async fn run(
-    protocol: PushProtocol,
-    cfg: OtlpExporter,
-    aggregator: Arc<Aggregator>,
-    stats: Arc<SelfMetrics>,
-    cancel: CancellationToken,
-) {
-    let kind = kind(protocol);
-    let client = match client(protocol, &cfg, METRICS_EXPORT_PATH, || {
-        signal_url(&cfg.endpoint, "metrics")
+/// Pushes the aggregate every `interval` until the exporters stop, then flushes once.
+async fn run(plan: OtlpPlan, ctx: Context) {
+    let name = plan.id.to_string();
+    let client = match client(&plan, METRICS_EXPORT_PATH, || {
+        signal_url(&plan.settings.endpoint, "metrics")
     }) {
         Ok(c) => c,
         Err(e) => {
-            tracing::error!(exporter = kind.as_str(), error = %e, "cannot start the OTLP exporter");
+            tracing::error!(exporter = name, error = %e, "cannot start the OTLP exporter");
             return;
         }
     };
+    let cfg = plan.settings;
     let push = Arc::new(OtlpPush {
-        aggregator,
+        aggregator: ctx.aggregator.clone(),
         include_sources: cfg.include_sources,
         client,
     });
@@ -132,6 +286,7 @@ pub(crate) async fn run(
         queue_size: cfg.sending_queue.queue_size,
         retry: cfg.retry_on_failure.clone(),
     };
-    let outcomes = Outcomes::new(kind, Signal::Metrics, &cfg.endpoint, stats);
-    push::run_periodic(push, schedule, outcomes, cancel).await;
+    let stats = ctx.stats.exporter(&name, Signal::Metrics);
+    let outcomes = Outcomes::new(Signal::Metrics, &cfg.endpoint, stats);
+    push::run_periodic(push, schedule, outcomes, ctx.stop).await;
 }

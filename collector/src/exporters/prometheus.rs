@@ -1,6 +1,8 @@
-//! The Prometheus endpoint: `/metrics` (fleet view), `/metrics/sources` (per-source
-//! view), `/healthz` and `/readyz`.
+//! The Prometheus endpoint (`exporters.prometheus`): its settings, and what it serves:
+//! `/metrics` (fleet view), `/metrics/sources` (per-source view), the cluster page,
+//! `/healthz` and `/readyz`.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -9,12 +11,124 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use futures_util::FutureExt as _;
+use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::exposition::{Encoder, Format};
 use crate::aggregate::{Aggregator, View};
+use crate::component::{ComponentId, Context, Started};
+use crate::error::Error;
 use crate::net::LimitedListener;
+use crate::self_metrics::Listener;
+use crate::tls::{ALPN_HTTP1, TlsServerSettings};
+
+/// `exporters.prometheus` (and `prometheus/NAME`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrometheusExporter {
+    /// `host:port` serving `/metrics` (default `127.0.0.1:9464`).
+    pub endpoint: String,
+    /// Whether `/metrics/sources` (the per-source view) is served (default true).
+    pub sources_view: bool,
+    /// TLS: `/metrics` over https only.
+    pub tls: Option<TlsServerSettings>,
+}
+
+impl Default for PrometheusExporter {
+    fn default() -> Self {
+        PrometheusExporter {
+            endpoint: "127.0.0.1:9464".into(),
+            sources_view: true,
+            tls: None,
+        }
+    }
+}
+
+impl PrometheusExporter {
+    /// Checks the settings of exporter `id`: the address, and the TLS files.
+    pub(crate) fn plan(&self, id: &ComponentId) -> Result<PrometheusPlan, Error> {
+        let key = format!("exporters.{id}");
+        crate::tls::check_server(&format!("{key}.tls"), &self.tls)?;
+        Ok(PrometheusPlan {
+            id: id.clone(),
+            addr: crate::net::resolve(&format!("{key}.endpoint"), &self.endpoint)?,
+            sources_view: self.sources_view,
+            tls: self.tls.clone(),
+        })
+    }
+}
+
+/// A checked Prometheus endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PrometheusPlan {
+    pub(crate) id: ComponentId,
+    pub(crate) addr: SocketAddr,
+    pub(crate) sources_view: bool,
+    pub(crate) tls: Option<TlsServerSettings>,
+}
+
+impl PrometheusPlan {
+    /// Where it listens (as configured: port 0 picks one at start).
+    pub fn address(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `prometheus 127.0.0.1:9464`: the exporter in a pipeline line.
+    pub(crate) fn describe(&self) -> String {
+        format!("{} {}", self.id, self.addr)
+    }
+
+    /// Its line under `exporters:` in `--check-config`.
+    pub(crate) fn summary(&self) -> String {
+        format!(
+            "  {} on {}: /metrics (fleet){}, / and /api/cluster (cluster page)",
+            self.id,
+            self.addr,
+            if self.sources_view {
+                ", /metrics/sources (per source)"
+            } else {
+                ""
+            }
+        )
+    }
+
+    /// How it is secured, for `--check-config`.
+    pub(crate) fn security(&self) -> String {
+        format!(
+            "Prometheus endpoint {}: {}",
+            self.id,
+            crate::tls::describe(&self.tls)
+        )
+    }
+
+    /// Takes its port and reads its TLS files.
+    pub(crate) async fn start(self, ctx: &Context) -> Result<Started, Error> {
+        let key = format!("exporters.{}", self.id);
+        let tls = crate::tls::start_listener(
+            Listener::Prometheus,
+            &format!("{key}.tls"),
+            &self.tls,
+            &[ALPN_HTTP1],
+            &ctx.stats,
+            &ctx.stopped,
+        )?;
+        let listener = crate::net::bind(format!("Prometheus endpoint ({key})"), self.addr).await?;
+        let addr = crate::net::local_addr(&listener)?;
+        Ok(Started {
+            address: Some((Listener::Prometheus, addr)),
+            run: serve(
+                listener,
+                self.sources_view,
+                tls,
+                ctx.aggregator.clone(),
+                ctx.stop.clone(),
+            )
+            .boxed(),
+        })
+    }
+}
 
 /// The text exposition format's content type.
 pub(crate) const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -79,7 +193,7 @@ async fn healthz() -> &'static str {
 }
 
 /// Serves the endpoint on `listener` until `cancel` (https only with `tls`).
-pub(crate) async fn serve(
+async fn serve(
     listener: TcpListener,
     sources_view: bool,
     tls: Option<Arc<crate::tls::TlsListener>>,
@@ -96,7 +210,7 @@ pub(crate) async fn serve(
     }
     let app = app.with_state(aggregator);
     // Scrapers get the receivers' header-read (and keep-alive idle) timeout; no cap.
-    let header_timeout = crate::config::HttpReceiver::default().read_header_timeout;
+    let header_timeout = crate::receivers::http::HttpReceiver::default().read_header_timeout;
     crate::net::serve_http1(
         LimitedListener::unlimited(listener, header_timeout, cancel.clone()),
         app,

@@ -32,9 +32,10 @@ use bytes::Bytes;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::RetryOnFailure;
+use super::settings::RetryOnFailure;
 pub(crate) use crate::self_metrics::DropReason;
-use crate::self_metrics::{ExporterKind, SelfMetrics, SpanOutcome};
+pub(crate) use crate::self_metrics::Signal;
+use crate::self_metrics::{ExporterStats, SpanOutcome, add};
 
 /// An upstream took a request.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -99,40 +100,23 @@ impl Backoff {
     }
 }
 
-/// What an exporter sends, for its counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Signal {
-    /// Metric points: requests in `higgsmeter_collector_exports_total`, drops in
-    /// `higgsmeter_collector_export_dropped_points_total{reason}`.
-    Metrics,
-    /// Spans: in `higgsmeter_collector_spans_exported_total{outcome}` (`rejected`,
-    /// `dropped`).
-    Traces,
-}
-
 /// One exporter's counters and logs: a failure is logged when the upstream starts
 /// failing (or refusing) and again when it takes requests again, not per attempt;
 /// partial successes at most once a minute.
 pub(crate) struct Outcomes {
-    kind: ExporterKind,
     signal: Signal,
     endpoint: String,
-    stats: Arc<SelfMetrics>,
+    stats: Arc<ExporterStats>,
     failing: bool,
     refusing: bool,
     last_partial_log: Option<std::time::Instant>,
 }
 
 impl Outcomes {
-    /// The outcomes of exporter `kind` pushing `signal` to `endpoint`.
-    pub(crate) fn new(
-        kind: ExporterKind,
-        signal: Signal,
-        endpoint: &str,
-        stats: Arc<SelfMetrics>,
-    ) -> Outcomes {
+    /// The outcomes of the exporter whose counters are `stats` pushing `signal` to
+    /// `endpoint`.
+    pub(crate) fn new(signal: Signal, endpoint: &str, stats: Arc<ExporterStats>) -> Outcomes {
         Outcomes {
-            kind,
             signal,
             endpoint: endpoint.to_owned(),
             stats,
@@ -142,8 +126,9 @@ impl Outcomes {
         }
     }
 
-    fn index(&self) -> usize {
-        self.kind as usize
+    /// The exporter's key (`type[/name]`), for logs.
+    pub(crate) fn name(&self) -> &str {
+        &self.stats.name
     }
 
     /// Counts `n` items dropped for `reason`.
@@ -153,8 +138,7 @@ impl Outcomes {
         }
         match self.signal {
             Signal::Metrics => {
-                self.stats.export_dropped[self.index()][reason as usize]
-                    .fetch_add(n, Ordering::Relaxed);
+                add(&self.stats.dropped[reason], n);
             }
             Signal::Traces => {
                 let outcome = if reason == DropReason::Rejected {
@@ -162,8 +146,7 @@ impl Outcomes {
                 } else {
                     SpanOutcome::Dropped
                 };
-                self.stats.spans_exported[self.index()][outcome as usize]
-                    .fetch_add(n, Ordering::Relaxed);
+                add(&self.stats.spans[outcome], n);
             }
         }
     }
@@ -176,7 +159,7 @@ impl Outcomes {
             } else {
                 &self.stats.exports_failed
             };
-            counter[self.index()].fetch_add(1, Ordering::Relaxed);
+            add(counter, 1);
         }
     }
 
@@ -200,13 +183,14 @@ impl Outcomes {
 
     /// Sets the queue depth gauge.
     fn depth(&self, n: usize) {
-        self.stats.queue_depth[self.index()].store(n as u64, Ordering::Relaxed);
+        self.stats.queue_depth.store(n as u64, Ordering::Relaxed);
     }
 
     /// Counts and logs one send's result for a request of `items` points (or spans);
     /// what the caller should do next with the request.
     pub(crate) fn record(&mut self, result: &SendResult, items: u64, what: &str) -> Next {
-        let name = self.kind.as_str();
+        let stats = self.stats.clone();
+        let name = stats.name.as_str();
         match result {
             Ok(accepted) => {
                 self.request(true);
@@ -383,7 +367,7 @@ pub(crate) async fn run_periodic<P: Push>(
         let rest: u64 = batches.by_ref().map(|b| b.points).sum();
         outcomes.dropped(DropReason::Shutdown, batch.points + rest);
         tracing::warn!(
-            exporter = outcomes.kind.as_str(),
+            exporter = outcomes.name(),
             "the final flush on shutdown failed; its points are counted as dropped (reason=\"shutdown\")"
         );
         return;

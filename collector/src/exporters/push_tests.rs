@@ -25,10 +25,12 @@ use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 
 use crate::aggregate::{AggregateConfig, Aggregator};
+use crate::component::{ComponentId, Context};
 use crate::config::{
-    Compression, Headers, OtlpExporter, PushProtocol, RetryOnFailure, SendingQueue,
+    Compression, Headers, OtlpExporter, OtlpPlan, PushProtocol, RetryOnFailure, SendingQueue,
 };
-use crate::self_metrics::{DropReason, ExporterKind, SelfMetrics, SpanOutcome, Transport};
+use crate::forward::Refused;
+use crate::self_metrics::{DropReason, ExporterStats, SelfMetrics, Signal, SpanOutcome, Transport};
 
 fn kv(k: &str, v: &str) -> KeyValue {
     KeyValue {
@@ -213,24 +215,45 @@ async fn grpc_upstream(script: Arc<Script>) -> String {
 async fn run_metrics(
     protocol: PushProtocol,
     cfg: OtlpExporter,
-    done: impl Fn(&SelfMetrics) -> bool,
-) -> Arc<SelfMetrics> {
+    done: impl Fn(&ExporterStats) -> bool,
+) -> Arc<ExporterStats> {
     let stats = Arc::new(SelfMetrics::default());
     let cancel = CancellationToken::new();
-    let task = tokio::spawn(super::otlp::run(
-        protocol,
-        cfg,
-        aggregator(),
-        stats.clone(),
-        cancel.clone(),
-    ));
-    until("the exporter's counters", || done(&stats)).await;
+    let plan = otlp_plan(protocol, cfg);
+    let exporter = stats.exporter(&plan.id().to_string(), Signal::Metrics);
+    let task = tokio::spawn(plan.start(&context(aggregator(), &stats, &cancel)).run);
+    until("the exporter's counters", || done(&exporter)).await;
     cancel.cancel();
     tokio::time::timeout(Duration::from_secs(10), task)
         .await
         .expect("the exporter stops")
         .expect("the exporter task");
-    stats
+    exporter
+}
+
+/// The plan of the unnamed `otlp` (gRPC) or `otlphttp` exporter.
+fn otlp_plan(protocol: PushProtocol, cfg: OtlpExporter) -> OtlpPlan {
+    let kind = match protocol {
+        PushProtocol::Grpc => "otlp",
+        PushProtocol::Http => "otlphttp",
+    };
+    cfg.plan(&ComponentId::new(kind), protocol)
+        .expect("a valid exporter")
+}
+
+/// What an exporter starts with.
+fn context(
+    aggregator: Arc<Aggregator>,
+    stats: &Arc<SelfMetrics>,
+    cancel: &CancellationToken,
+) -> Context {
+    Context {
+        aggregator,
+        stats: stats.clone(),
+        traces: None,
+        stop: cancel.clone(),
+        stopped: cancel.clone(),
+    }
 }
 
 /// Every request body the upstream got once: none was sent twice.
@@ -248,17 +271,16 @@ fn points_per_push() -> u64 {
 async fn an_http_400_is_dropped_and_counted_never_retried() {
     let script = Script::new(std::iter::repeat_n(Answer::Http(400), 1000));
     let url = http_upstream(script.clone()).await;
-    let i = ExporterKind::Http as usize;
     let stats = run_metrics(PushProtocol::Http, exporter(url), |s| {
-        get(&s.exports_failed[i]) >= 3
+        get(&s.exports_failed) >= 3
     })
     .await;
     let got = script.got();
     // Each request was sent once: its refusal dropped it (the final flush's too).
     assert!(all_distinct(&got), "a refused request was sent again");
-    assert_eq!(get(&stats.exports_failed[i]), got.len() as u64);
-    assert_eq!(get(&stats.exports_ok[i]), 0);
-    let refused = get(&stats.export_dropped[i][DropReason::Refused as usize]);
+    assert_eq!(get(&stats.exports_failed), got.len() as u64);
+    assert_eq!(get(&stats.exports_ok), 0);
+    let refused = get(&stats.dropped[DropReason::Refused]);
     assert_eq!(refused, got.len() as u64 * points_per_push());
     assert!(refused > 0);
 }
@@ -270,16 +292,15 @@ async fn a_grpc_invalid_argument_is_dropped_and_counted_never_retried() {
         1000,
     ));
     let url = grpc_upstream(script.clone()).await;
-    let i = ExporterKind::Grpc as usize;
     let stats = run_metrics(PushProtocol::Grpc, exporter(url), |s| {
-        get(&s.exports_failed[i]) >= 3
+        get(&s.exports_failed) >= 3
     })
     .await;
     let got = script.got();
     assert!(all_distinct(&got), "a refused request was sent again");
-    assert_eq!(get(&stats.exports_failed[i]), got.len() as u64);
+    assert_eq!(get(&stats.exports_failed), got.len() as u64);
     assert_eq!(
-        get(&stats.export_dropped[i][DropReason::Refused as usize]),
+        get(&stats.dropped[DropReason::Refused]),
         got.len() as u64 * points_per_push()
     );
 }
@@ -291,11 +312,10 @@ async fn unavailable_then_ok_sends_the_same_request_again_and_it_arrives_once() 
         Answer::Grpc(tonic::Code::ResourceExhausted),
     ]);
     let url = grpc_upstream(script.clone()).await;
-    let i = ExporterKind::Grpc as usize;
     let mut cfg = exporter(url);
     // A long interval: only the first reading (and the final flush) is sent.
     cfg.interval = Duration::from_millis(300);
-    let stats = run_metrics(PushProtocol::Grpc, cfg, |s| get(&s.exports_ok[i]) >= 1).await;
+    let stats = run_metrics(PushProtocol::Grpc, cfg, |s| get(&s.exports_ok) >= 1).await;
     let got = script.got();
     assert!(got.len() >= 3, "{}", got.len());
     // The two retryable failures were the same request, sent again; then accepted.
@@ -305,10 +325,10 @@ async fn unavailable_then_ok_sends_the_same_request_again_and_it_arrives_once() 
         all_distinct(&got[2..]),
         "an accepted request was sent again"
     );
-    assert_eq!(get(&stats.exports_failed[i]), 2);
-    assert_eq!(get(&stats.exports_ok[i]) as usize, got.len() - 2);
+    assert_eq!(get(&stats.exports_failed), 2);
+    assert_eq!(get(&stats.exports_ok) as usize, got.len() - 2);
     for r in DropReason::ALL {
-        assert_eq!(get(&stats.export_dropped[i][r as usize]), 0, "{r:?}");
+        assert_eq!(get(&stats.dropped[r]), 0, "{r:?}");
     }
 }
 
@@ -316,17 +336,13 @@ async fn unavailable_then_ok_sends_the_same_request_again_and_it_arrives_once() 
 async fn a_partial_success_drops_and_counts_the_rejected_points_only() {
     let script = Script::new([Answer::Partial(1)]);
     let url = grpc_upstream(script.clone()).await;
-    let i = ExporterKind::Grpc as usize;
     let stats = run_metrics(PushProtocol::Grpc, exporter(url), |s| {
-        get(&s.exports_ok[i]) >= 2
+        get(&s.exports_ok) >= 2
     })
     .await;
     assert!(all_distinct(&script.got()), "a partial success was retried");
-    assert_eq!(
-        get(&stats.export_dropped[i][DropReason::Rejected as usize]),
-        1
-    );
-    assert_eq!(get(&stats.exports_failed[i]), 0);
+    assert_eq!(get(&stats.dropped[DropReason::Rejected]), 1);
+    assert_eq!(get(&stats.exports_failed), 0);
 }
 
 /// A trace request with `spans` spans.
@@ -359,12 +375,12 @@ async fn traces_503_then_200_arrive_exactly_once_and_400_is_dropped() {
     let stats = Arc::new(SelfMetrics::default());
     let cancel = CancellationToken::new();
     let (forwarder, tasks) = super::traces::start(
-        vec![(PushProtocol::Http, exporter(url))],
+        vec![otlp_plan(PushProtocol::Http, exporter(url))],
         stats.clone(),
         cancel.clone(),
     );
-    let k = ExporterKind::Http as usize;
-    let exported = |o: SpanOutcome| get(&stats.spans_exported[k][o as usize]);
+    let e = stats.exporter("otlphttp", Signal::Traces);
+    let exported = |o: SpanOutcome| get(&e.spans[o]);
     let request = traces_request(3);
     forwarder.submit(request.clone(), 3).expect("room");
     until("the spans accepted", || exported(SpanOutcome::Ok) == 3).await;
@@ -391,7 +407,7 @@ async fn traces_503_then_200_arrive_exactly_once_and_400_is_dropped() {
     assert_eq!(script.got().len(), 4, "the refused batch was sent once");
     assert_eq!(exported(SpanOutcome::Ok), 3);
     assert_eq!(exported(SpanOutcome::Rejected), 0);
-    assert_eq!(get(&stats.spans_queued[k]), 0);
+    assert_eq!(get(&e.spans_queued), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -412,19 +428,17 @@ async fn a_stuck_upstream_never_blocks_ingest() {
     let mut cfg = exporter(format!("http://{addr}"));
     cfg.timeout = Duration::from_millis(200);
     cfg.sending_queue.traces_queue_mib = 1;
-    let metrics = tokio::spawn(super::otlp::run(
-        PushProtocol::Grpc,
-        cfg.clone(),
-        aggregator.clone(),
-        stats.clone(),
-        cancel.clone(),
-    ));
+    let metrics = tokio::spawn(
+        otlp_plan(PushProtocol::Grpc, cfg.clone())
+            .start(&context(aggregator.clone(), &stats, &cancel))
+            .run,
+    );
     let (forwarder, tasks) = super::traces::start(
-        vec![(PushProtocol::Http, cfg)],
+        vec![otlp_plan(PushProtocol::Http, cfg)],
         stats.clone(),
         cancel.clone(),
     );
-    let g = ExporterKind::Grpc as usize;
+    let g = stats.exporter("otlp", Signal::Metrics);
     // While the pushes hang: ingest goes on, the metrics queue stays bounded and
     // drops its oldest readings (counted), and traces are taken until their queue is
     // full, then refused at once (the sender retries), never waited on.
@@ -438,14 +452,14 @@ async fn a_stuck_upstream_never_blocks_ingest() {
         assert_eq!(r.rejected, 0);
         match forwarder.submit(traces_request(200), 200) {
             Ok(()) => {}
-            Err(super::traces::Refused::Full(_)) => traces_full = true,
-            Err(super::traces::Refused::Closed) => panic!("traces closed"),
+            Err(Refused::Full(_)) => traces_full = true,
+            Err(Refused::Closed) => panic!("traces closed"),
         }
-        get(&stats.export_dropped[g][DropReason::QueueFull as usize]) > 0 && traces_full
+        get(&g.dropped[DropReason::QueueFull]) > 0 && traces_full
     })
     .await;
-    assert!(get(&stats.queue_depth[g]) <= 2);
-    assert_eq!(get(&stats.exports_ok[g]), 0);
+    assert!(get(&g.queue_depth) <= 2);
+    assert_eq!(get(&g.exports_ok), 0);
     assert!(
         aggregator
             .render(crate::View::Fleet)

@@ -1,5 +1,8 @@
-//! OTLP/gRPC receiver (tonic): metrics in, traces and logs refused as unimplemented.
+//! OTLP/gRPC receiver (tonic): its settings (`receivers.otlp.protocols.grpc`), and
+//! the listener: metrics in, traces to the traces pipeline when there is one, logs
+//! refused as unimplemented.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,14 +21,207 @@ use tonic::codec::{CompressionEncoding, EnabledCompressionEncodings};
 use tonic::codegen::{Body as HttpBody, BoxFuture, Context, Poll, Service, StdError};
 use tonic::{Request, Response, Status};
 
-use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, response};
+use futures_util::FutureExt as _;
+use serde::Deserialize;
+
+use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, authenticator, check_per_peer, response};
 use crate::aggregate::Aggregator;
-use crate::auth::BearerAuth;
-use crate::config::ReceiverLimits;
-use crate::exporters::traces::{Refused, TraceForwarder, count_spans};
+use crate::auth::{AuthSettings, BearerAuth, BearerTokenAuthConfig};
+use crate::component::{ComponentId, PlanEnv, Started};
+use crate::duration as duration_serde;
+use crate::error::Error;
+use crate::forward::{Refused, TraceForwarder, count_spans};
 use crate::net::{ConnLimits, LimitedListener, TrackRequests};
-use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
-use crate::tls::TlsListener;
+use crate::self_metrics::{Listener, RequestRefusal, SelfMetrics, Transport};
+use crate::tls::{ALPN_H2, TlsListener, TlsServerSettings};
+
+/// `receivers.otlp.protocols.grpc`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpcReceiver {
+    /// `host:port` to listen on (default `127.0.0.1:4317`; port 0 picks a free port).
+    pub endpoint: String,
+    /// Largest accepted message, MiB, after decompression (default 16).
+    pub max_recv_msg_size_mib: u64,
+    /// Most connections open at once (default 1024). When all are taken, a new
+    /// connection takes the place of the newest one that has not finished its opening,
+    /// or else of the newest idle one; when every one is busy it is closed at once,
+    /// logged and counted (`higgsmeter_collector_connections_refused_total`).
+    pub max_connections: usize,
+    /// Most connections open at once from one peer address (1 to `max_connections`;
+    /// default 128, or `max_connections` when that is lower); past it the peer's newest
+    /// unfinished or idle connection makes room, or the new one is refused.
+    pub max_connections_per_peer: Option<usize>,
+    /// Longest from accept to a finished opening: the TLS handshake (with `tls`), then
+    /// the HTTP/2 preface and SETTINGS (default 10 s); then the connection is closed and
+    /// counted (`higgsmeter_collector_connections_closed_total{reason="opening_timeout"}`).
+    #[serde(with = "duration_serde")]
+    pub handshake_timeout: Duration,
+    /// Longest a connection may stay open with no request in flight (default 2 m);
+    /// then it is closed and counted (`reason="idle_timeout"`).
+    #[serde(with = "duration_serde")]
+    pub max_connection_idle: Duration,
+    /// Longest a request may take to arrive and be answered (default 30 s).
+    #[serde(with = "duration_serde")]
+    pub read_timeout: Duration,
+    /// TLS (the port is then TLS-only; `client_ca_file`: mutual TLS).
+    pub tls: Option<TlsServerSettings>,
+    /// `auth.authenticator: bearertokenauth`: requests without the token are refused
+    /// (`UNAUTHENTICATED`).
+    pub auth: Option<AuthSettings>,
+}
+
+impl Default for GrpcReceiver {
+    fn default() -> Self {
+        GrpcReceiver {
+            endpoint: "127.0.0.1:4317".into(),
+            max_recv_msg_size_mib: 16,
+            max_connections: 1024,
+            max_connections_per_peer: None,
+            handshake_timeout: Duration::from_secs(10),
+            max_connection_idle: Duration::from_secs(120),
+            read_timeout: Duration::from_secs(30),
+            tls: None,
+            auth: None,
+        }
+    }
+}
+
+impl GrpcReceiver {
+    /// Checks the settings of receiver `id`'s gRPC listener.
+    pub(crate) fn plan(&self, id: &ComponentId, env: PlanEnv<'_>) -> Result<GrpcPlan, Error> {
+        let key = format!("receivers.{id}.protocols.grpc");
+        let error = |path: String, message: &str| Error::Config {
+            path,
+            message: message.into(),
+        };
+        let addr = crate::net::resolve(&format!("{key}.endpoint"), &self.endpoint)?;
+        if self.max_recv_msg_size_mib == 0 || self.max_recv_msg_size_mib > 4096 {
+            return Err(error(
+                format!("{key}.max_recv_msg_size_mib"),
+                "must be 1 to 4096",
+            ));
+        }
+        if self.max_connections == 0
+            || self.read_timeout.is_zero()
+            || self.handshake_timeout.is_zero()
+            || self.max_connection_idle.is_zero()
+        {
+            return Err(error(
+                key,
+                "max_connections, handshake_timeout, max_connection_idle and read_timeout must be more than 0",
+            ));
+        }
+        let per_peer = check_per_peer(
+            &format!("{key}.max_connections_per_peer"),
+            self.max_connections_per_peer,
+            self.max_connections,
+        )?;
+        crate::tls::check_server(&format!("{key}.tls"), &self.tls)?;
+        Ok(GrpcPlan {
+            id: id.clone(),
+            addr,
+            max_message: (self.max_recv_msg_size_mib * 1024 * 1024) as usize,
+            limits: ConnLimits {
+                max: self.max_connections,
+                per_peer,
+                opening: self.handshake_timeout,
+                idle: self.max_connection_idle,
+            },
+            read_timeout: self.read_timeout,
+            tls: self.tls.clone(),
+            auth: authenticator(&format!("{key}.auth"), &self.auth, env)?,
+        })
+    }
+}
+
+/// A checked OTLP/gRPC listener.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GrpcPlan {
+    pub(crate) id: ComponentId,
+    pub(crate) addr: SocketAddr,
+    pub(crate) max_message: usize,
+    pub(crate) limits: ConnLimits,
+    pub(crate) read_timeout: Duration,
+    pub(crate) tls: Option<TlsServerSettings>,
+    pub(crate) auth: Option<BearerTokenAuthConfig>,
+}
+
+impl GrpcPlan {
+    /// Where it listens (as configured: port 0 picks one at start).
+    pub fn address(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The largest message it takes, bytes.
+    pub fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    fn key(&self) -> String {
+        format!("receivers.{}.protocols.grpc", self.id)
+    }
+
+    /// Its line under `receivers:` in `--check-config`.
+    pub(crate) fn summary(&self) -> String {
+        format!(
+            "  {} grpc on {}: messages up to {}, at most {} connections, a request times out after {}",
+            self.id,
+            self.addr,
+            crate::duration::show_bytes(self.max_message),
+            self.limits.max,
+            crate::duration::show(self.read_timeout)
+        )
+    }
+
+    /// Reads its TLS files and token, takes its port, and readies it to serve.
+    pub(crate) async fn start(self, ctx: &crate::component::Context) -> Result<Started, Error> {
+        let key = self.key();
+        let tls = crate::tls::start_listener(
+            Listener::Grpc,
+            &format!("{key}.tls"),
+            &self.tls,
+            &[ALPN_H2],
+            &ctx.stats,
+            &ctx.stopped,
+        )?;
+        let auth = self
+            .auth
+            .as_ref()
+            .map(|a| BearerAuth::start(a, ctx.stopped.clone()))
+            .transpose()?;
+        let listener = crate::net::bind(format!("OTLP/gRPC receiver ({key})"), self.addr).await?;
+        let addr = crate::net::local_addr(&listener)?;
+        let serve = Serve {
+            key,
+            max_message: self.max_message,
+            limits: self.limits,
+            read_timeout: self.read_timeout,
+            tls,
+            auth,
+            traces: ctx.traces.clone(),
+            aggregator: ctx.aggregator.clone(),
+            stats: ctx.stats.clone(),
+        };
+        Ok(Started {
+            address: Some((Listener::Grpc, addr)),
+            run: serve.run(listener, ctx.stop.clone()).boxed(),
+        })
+    }
+}
+
+/// What a running gRPC listener holds.
+struct Serve {
+    key: String,
+    max_message: usize,
+    limits: ConnLimits,
+    read_timeout: Duration,
+    tls: Option<Arc<TlsListener>>,
+    auth: Option<Arc<BearerAuth>>,
+    traces: Option<Arc<TraceForwarder>>,
+    aggregator: Arc<Aggregator>,
+    stats: Arc<SelfMetrics>,
+}
 
 /// The metrics service, by hand rather than generated: tonic hands it the request's
 /// raw (decompressed) bytes, which the aggregator reads without decoding them into
@@ -220,7 +416,7 @@ impl tonic::server::UnaryService<Bytes> for ExportTraces {
             match forwarder.submit(bytes, spans) {
                 Ok(()) => Ok(Response::new(ExportTraceServiceResponse::default())),
                 Err(Refused::Full(exporter)) => {
-                    Err(Status::unavailable(super::queue_full(exporter)))
+                    Err(Status::unavailable(super::queue_full(&exporter)))
                 }
                 Err(Refused::Closed) => Err(Status::unavailable(SHUTTING_DOWN)),
             }
@@ -349,73 +545,69 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Serves OTLP/gRPC on `listener` until `cancel`: at most `limits.grpc_max_connections`
-/// connections (`grpc_max_connections_per_peer` from one address), each closed when
-/// its TLS handshake and HTTP/2 preface take longer than `grpc_handshake_timeout` or
-/// it has no request for `grpc_max_connection_idle` (see `net`); each request bounded
-/// by `limits.grpc_read_timeout`, idle connections probed with HTTP/2 pings. On
-/// `cancel` it stops accepting, closes unfinished and idle connections at once and
-/// lets requests in flight finish; the caller bounds that wait
-/// (`service.shutdown_timeout`). With `tls` the port is TLS-only; with `auth` every
-/// request needs the bearer token.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn serve(
-    listener: TcpListener,
-    max_message: usize,
-    limits: ReceiverLimits,
-    tls: Option<Arc<TlsListener>>,
-    auth: Option<Arc<BearerAuth>>,
-    traces_forwarder: Option<Arc<TraceForwarder>>,
-    aggregator: Arc<Aggregator>,
-    stats: Arc<SelfMetrics>,
-    cancel: CancellationToken,
-) {
-    let traces = Traces {
-        forwarder: traces_forwarder,
-        aggregator: aggregator.clone(),
-        max_message,
-    };
-    let metrics = Metrics {
-        aggregator,
-        max_message,
-    };
-    let logs = LogsServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
-    let listener = LimitedListener::new(
-        listener,
-        ConnLimits {
-            max: limits.grpc_max_connections,
-            per_peer: limits.grpc_max_connections_per_peer,
-            opening: limits.grpc_handshake_timeout,
-            idle: limits.grpc_max_connection_idle,
-        },
-        Transport::Grpc,
-        stats.clone(),
-        cancel.clone(),
-    );
-    let incoming = crate::net::incoming(listener, tls, cancel.clone());
-    let layer = tower::ServiceBuilder::new()
-        .layer_fn(TrackRequests::from_extensions)
-        .map_response(move |resp| account(&stats, resp))
-        .option_layer(auth.map(|auth| {
-            tower::layer::layer_fn(move |inner| Authenticate {
-                inner,
-                auth: auth.clone(),
-            })
-        }));
-    // Larger HTTP/2 windows: a 1,000-point request is ~130 KiB, over the 64 KiB default.
-    let result = tonic::transport::Server::builder()
-        .initial_stream_window_size(Some(2 * 1024 * 1024))
-        .initial_connection_window_size(Some(8 * 1024 * 1024))
-        .timeout(limits.grpc_read_timeout)
-        .http2_keepalive_interval(Some(Duration::from_secs(30)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .layer(layer)
-        .add_service(metrics)
-        .add_service(traces)
-        .add_service(logs)
-        .serve_with_incoming_shutdown(incoming, cancel.cancelled())
-        .await;
-    if let Err(e) = result {
-        tracing::error!(error = %e, "the OTLP/gRPC receiver stopped");
+impl Serve {
+    /// Serves OTLP/gRPC on `listener` until `cancel`: at most `limits.max`
+    /// connections (`limits.per_peer` from one address), each closed when its TLS
+    /// handshake and HTTP/2 preface take longer than `limits.opening` or it has no
+    /// request for `limits.idle` (see `net`); each request bounded by
+    /// `read_timeout`, idle connections probed with HTTP/2 pings. On `cancel` it stops
+    /// accepting, closes unfinished and idle connections at once and lets requests in
+    /// flight finish; the caller bounds that wait (`service.shutdown_timeout`). With
+    /// `tls` the port is TLS-only; with `auth` every request needs the bearer token.
+    async fn run(self, listener: TcpListener, cancel: CancellationToken) {
+        let Serve {
+            key,
+            max_message,
+            limits,
+            read_timeout,
+            tls,
+            auth,
+            traces: traces_forwarder,
+            aggregator,
+            stats,
+        } = self;
+        let traces = Traces {
+            forwarder: traces_forwarder,
+            aggregator: aggregator.clone(),
+            max_message,
+        };
+        let metrics = Metrics {
+            aggregator,
+            max_message,
+        };
+        let logs = LogsServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
+        let listener = LimitedListener::new(
+            listener,
+            limits,
+            (Transport::Grpc, key),
+            stats.clone(),
+            cancel.clone(),
+        );
+        let incoming = crate::net::incoming(listener, tls, cancel.clone());
+        let layer = tower::ServiceBuilder::new()
+            .layer_fn(TrackRequests::from_extensions)
+            .map_response(move |resp| account(&stats, resp))
+            .option_layer(auth.map(|auth| {
+                tower::layer::layer_fn(move |inner| Authenticate {
+                    inner,
+                    auth: auth.clone(),
+                })
+            }));
+        // Larger HTTP/2 windows: a 1,000-point request is ~130 KiB, over the 64 KiB default.
+        let result = tonic::transport::Server::builder()
+            .initial_stream_window_size(Some(2 * 1024 * 1024))
+            .initial_connection_window_size(Some(8 * 1024 * 1024))
+            .timeout(read_timeout)
+            .http2_keepalive_interval(Some(Duration::from_secs(30)))
+            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+            .layer(layer)
+            .add_service(metrics)
+            .add_service(traces)
+            .add_service(logs)
+            .serve_with_incoming_shutdown(incoming, cancel.cancelled())
+            .await;
+        if let Err(e) = result {
+            tracing::error!(error = %e, "the OTLP/gRPC receiver stopped");
+        }
     }
 }

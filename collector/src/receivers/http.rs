@@ -1,8 +1,11 @@
-//! OTLP/HTTP receiver (axum): `POST /v1/metrics` with `application/x-protobuf` or
-//! `application/json` bodies, optionally gzip-compressed.
+//! OTLP/HTTP receiver (axum): its settings (`receivers.otlp.protocols.http`), and the
+//! listener: `POST /v1/metrics` with `application/x-protobuf` or `application/json`
+//! bodies, optionally gzip-compressed.
 
 use std::io::Read as _;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -17,14 +20,189 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, response};
+use futures_util::FutureExt as _;
+use serde::Deserialize;
+
+use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, authenticator, check_per_peer, response};
 use crate::aggregate::Aggregator;
-use crate::auth::BearerAuth;
-use crate::config::ReceiverLimits;
-use crate::exporters::traces::{Refused, TraceForwarder, count_spans};
+use crate::auth::{AuthSettings, BearerAuth, BearerTokenAuthConfig};
+use crate::component::{ComponentId, PlanEnv, Started};
+use crate::duration as duration_serde;
+use crate::error::Error;
+use crate::forward::{Refused, TraceForwarder, count_spans};
 use crate::net::{ConnLimits, LimitedListener, serve_http1};
-use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
-use crate::tls::TlsListener;
+use crate::self_metrics::{Listener, RequestRefusal, SelfMetrics, Transport};
+use crate::tls::{ALPN_HTTP1, TlsListener, TlsServerSettings};
+
+/// `receivers.otlp.protocols.http`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpReceiver {
+    /// `host:port` to listen on (default `127.0.0.1:4318`).
+    pub endpoint: String,
+    /// Largest accepted body, bytes, before and after decompression (default 16 MiB).
+    pub max_request_body_size: u64,
+    /// Most connections open at once (default 1024). When all are taken, a new
+    /// connection takes the place of the newest one that has not sent its first
+    /// request's headers, or else of the newest idle one; when every one is busy it
+    /// gets a 503 and is closed, logged and counted
+    /// (`higgsmeter_collector_connections_refused_total`).
+    pub max_connections: usize,
+    /// Most connections open at once from one peer address (1 to `max_connections`;
+    /// default 128, or `max_connections` when that is lower); past it the peer's newest
+    /// unfinished or idle connection makes room, or the new one gets a 503.
+    pub max_connections_per_peer: Option<usize>,
+    /// Longest from accept to the first request's headers (the TLS handshake
+    /// included), and longest wait for the next request on an idle keep-alive
+    /// connection (default 10 s); then the connection is closed and counted
+    /// (`higgsmeter_collector_connections_closed_total{reason}`).
+    #[serde(with = "duration_serde")]
+    pub read_header_timeout: Duration,
+    /// Longest wait for a request's whole body (default 30 s); then 408.
+    #[serde(with = "duration_serde")]
+    pub read_timeout: Duration,
+    /// TLS (the port is then TLS-only; `client_ca_file`: mutual TLS).
+    pub tls: Option<TlsServerSettings>,
+    /// `auth.authenticator: bearertokenauth`: requests without the token are refused
+    /// (401).
+    pub auth: Option<AuthSettings>,
+}
+
+impl Default for HttpReceiver {
+    fn default() -> Self {
+        HttpReceiver {
+            endpoint: "127.0.0.1:4318".into(),
+            max_request_body_size: 16 * 1024 * 1024,
+            max_connections: 1024,
+            max_connections_per_peer: None,
+            read_header_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(30),
+            tls: None,
+            auth: None,
+        }
+    }
+}
+
+impl HttpReceiver {
+    /// Checks the settings of receiver `id`'s HTTP listener.
+    pub(crate) fn plan(&self, id: &ComponentId, env: PlanEnv<'_>) -> Result<HttpPlan, Error> {
+        let key = format!("receivers.{id}.protocols.http");
+        let error = |path: String, message: &str| Error::Config {
+            path,
+            message: message.into(),
+        };
+        let addr = crate::net::resolve(&format!("{key}.endpoint"), &self.endpoint)?;
+        if self.max_request_body_size < 1024 {
+            return Err(error(
+                format!("{key}.max_request_body_size"),
+                "must be at least 1024 bytes",
+            ));
+        }
+        if self.max_connections == 0
+            || self.read_header_timeout.is_zero()
+            || self.read_timeout.is_zero()
+        {
+            return Err(error(
+                key,
+                "max_connections, read_header_timeout and read_timeout must be more than 0",
+            ));
+        }
+        let per_peer = check_per_peer(
+            &format!("{key}.max_connections_per_peer"),
+            self.max_connections_per_peer,
+            self.max_connections,
+        )?;
+        crate::tls::check_server(&format!("{key}.tls"), &self.tls)?;
+        Ok(HttpPlan {
+            id: id.clone(),
+            addr,
+            max_body: usize::try_from(self.max_request_body_size).unwrap_or(usize::MAX),
+            limits: ConnLimits {
+                max: self.max_connections,
+                per_peer,
+                opening: self.read_header_timeout,
+                idle: self.read_header_timeout,
+            },
+            read_timeout: self.read_timeout,
+            tls: self.tls.clone(),
+            auth: authenticator(&format!("{key}.auth"), &self.auth, env)?,
+        })
+    }
+}
+
+/// A checked OTLP/HTTP listener.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpPlan {
+    pub(crate) id: ComponentId,
+    pub(crate) addr: SocketAddr,
+    pub(crate) max_body: usize,
+    pub(crate) limits: ConnLimits,
+    pub(crate) read_timeout: Duration,
+    pub(crate) tls: Option<TlsServerSettings>,
+    pub(crate) auth: Option<BearerTokenAuthConfig>,
+}
+
+impl HttpPlan {
+    /// Where it listens (as configured: port 0 picks one at start).
+    pub fn address(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The largest body it takes, bytes.
+    pub fn max_body(&self) -> usize {
+        self.max_body
+    }
+
+    fn key(&self) -> String {
+        format!("receivers.{}.protocols.http", self.id)
+    }
+
+    /// Its line under `receivers:` in `--check-config`.
+    pub(crate) fn summary(&self) -> String {
+        format!(
+            "  {} http on {}: bodies up to {}, at most {} connections, headers within {}, a body within {}",
+            self.id,
+            self.addr,
+            crate::duration::show_bytes(self.max_body),
+            self.limits.max,
+            crate::duration::show(self.limits.opening),
+            crate::duration::show(self.read_timeout)
+        )
+    }
+
+    /// Reads its TLS files and token, takes its port, and readies it to serve.
+    pub(crate) async fn start(self, ctx: &crate::component::Context) -> Result<Started, Error> {
+        let key = self.key();
+        let tls = crate::tls::start_listener(
+            Listener::Http,
+            &format!("{key}.tls"),
+            &self.tls,
+            &[ALPN_HTTP1],
+            &ctx.stats,
+            &ctx.stopped,
+        )?;
+        let auth = self
+            .auth
+            .as_ref()
+            .map(|a| BearerAuth::start(a, ctx.stopped.clone()))
+            .transpose()?;
+        let listener = crate::net::bind(format!("OTLP/HTTP receiver ({key})"), self.addr).await?;
+        let addr = crate::net::local_addr(&listener)?;
+        let state = AppState {
+            aggregator: ctx.aggregator.clone(),
+            stats: ctx.stats.clone(),
+            max_body: self.max_body,
+            read_timeout: self.read_timeout,
+            auth,
+            traces: ctx.traces.clone(),
+        };
+        Ok(Started {
+            address: Some((Listener::Http, addr)),
+            run: serve(listener, key, self.limits, state, tls, ctx.stop.clone()).boxed(),
+        })
+    }
+}
+
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -323,7 +501,7 @@ async fn traces(State(state): State<AppState>, headers: HeaderMap, body: Body) -
                 encoding,
                 StatusCode::SERVICE_UNAVAILABLE,
                 RequestRefusal::QueueFull,
-                super::queue_full(exporter),
+                super::queue_full(&exporter),
             );
             response
                 .headers_mut()
@@ -382,36 +560,24 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Serves OTLP/HTTP on `listener` until `cancel`: at most
-/// `limits.http_max_connections` connections (`http_max_connections_per_peer` from one
-/// address); a connection whose TLS handshake and first request's headers, or whose
-/// next request's headers (half-sent, or idle keep-alive), take longer than
-/// `limits.http_read_header_timeout` is closed (see `net`), a body slower than
-/// `limits.http_read_timeout` gets 408. On `cancel` it stops accepting, closes
-/// unfinished and idle connections at once and lets requests in flight finish; the
-/// caller bounds that wait (`service.shutdown_timeout`), and
-/// dropping this future drops every connection. With `tls` the port is TLS-only; with
-/// `auth` the OTLP paths need the bearer token (`/healthz` and `/readyz` do not).
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn serve(
+/// Serves OTLP/HTTP on `listener` until `cancel`: at most `limits.max` connections
+/// (`limits.per_peer` from one address); a connection whose TLS handshake and first
+/// request's headers, or whose next request's headers (half-sent, or idle
+/// keep-alive), take longer than `limits.opening` is closed (see `net`), a body slower
+/// than the read timeout gets 408. On `cancel` it stops accepting, closes unfinished
+/// and idle connections at once and lets requests in flight finish; the caller bounds
+/// that wait (`service.shutdown_timeout`), and dropping this future drops every
+/// connection. With `tls` the port is TLS-only; with `auth` the OTLP paths need the
+/// bearer token (`/healthz` and `/readyz` do not).
+async fn serve(
     listener: TcpListener,
-    max_body: usize,
-    limits: ReceiverLimits,
+    key: String,
+    limits: ConnLimits,
+    state: AppState,
     tls: Option<Arc<TlsListener>>,
-    auth: Option<Arc<BearerAuth>>,
-    traces_forwarder: Option<Arc<TraceForwarder>>,
-    aggregator: Arc<Aggregator>,
-    stats: Arc<SelfMetrics>,
     cancel: CancellationToken,
 ) {
-    let state = AppState {
-        aggregator,
-        stats: stats.clone(),
-        max_body,
-        read_timeout: limits.http_read_timeout,
-        auth,
-        traces: traces_forwarder,
-    };
+    let stats = state.stats.clone();
     let app = Router::new()
         .route("/v1/metrics", post(metrics))
         .route("/v1/traces", post(traces))
@@ -426,13 +592,8 @@ pub(crate) async fn serve(
         .with_state(state);
     let listener = LimitedListener::new(
         listener,
-        ConnLimits {
-            max: limits.http_max_connections,
-            per_peer: limits.http_max_connections_per_peer,
-            opening: limits.http_read_header_timeout,
-            idle: limits.http_read_header_timeout,
-        },
-        Transport::Http,
+        limits,
+        (Transport::Http, key),
         stats,
         cancel.clone(),
     );

@@ -6,23 +6,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use higgsmeter_catalog::{
-    COLLECTOR_CHECKPOINTS, COLLECTOR_CONNECTIONS_CLOSED, COLLECTOR_CONNECTIONS_REFUSED,
-    COLLECTOR_EXPORT_QUEUE_DEPTH, COLLECTOR_EXPORTS, COLLECTOR_POINTS_RECEIVED,
-    COLLECTOR_POINTS_REFUSED, COLLECTOR_REQUESTS, COLLECTOR_REQUESTS_REFUSED, COLLECTOR_SERIES,
-    COLLECTOR_SOURCES, COLLECTOR_SPANS_EXPORTED, COLLECTOR_SPANS_RECEIVED,
-    COLLECTOR_TLS_HANDSHAKES_FAILED, Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
+    COLLECTOR_SERIES, COLLECTOR_SOURCES, Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
 };
 
 use super::super::cluster::{ClusterReading, CollectorClock, SourceReading, rank_order};
 use super::super::config::{GaugeAcc, GaugeAggregation};
 use super::super::naming::render_labels;
 use super::super::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row, RowValue, Rows};
-use super::super::{MetricKind, RefusalReason, View};
+use super::super::{MetricKind, View};
 use super::{FleetRead, Store, TARGET_INFO, Value, value_string};
-use crate::self_metrics::{
-    CloseReason, DropReason, EXPORT_DROPPED, ExporterKind, Listener, RequestRefusal, SelfMetrics,
-    SpanOutcome, Transport,
-};
+use crate::self_metrics::SelfMetrics;
 
 /// One row of a view, before liveness and value checks.
 #[derive(Clone, Copy)]
@@ -260,130 +253,32 @@ fn sources_in_state(store: &Store, now: u64, out: &mut Rows) {
     out.push_family(f.name, f.help, f.kind.into()).extend(rows);
 }
 
-/// Emits one sample of a self-metric family: its label values (in the family's label
-/// order) and its value.
-type Emit<'a> = &'a mut dyn FnMut(&[&str], f64);
-
-/// Reads one self-metric family's samples.
-type ReadSamples = fn(&SelfMetrics, &Store, u64, Emit<'_>);
-
-/// The collector's own families, in exposition order, each with what reads its
-/// samples.
-const SELF_FAMILIES: &[(&Family, ReadSamples)] = &[
-    (&COLLECTOR_CHECKPOINTS, |s, _, _, emit| {
-        for (i, outcome) in ["ok", "failed"].into_iter().enumerate() {
-            emit(&[outcome], get(&s.checkpoints[i]));
-        }
-    }),
-    (&COLLECTOR_CONNECTIONS_CLOSED, |s, _, _, emit| {
-        for t in Transport::ALL {
-            for r in CloseReason::ALL {
-                emit(
-                    &[t.as_str(), r.as_str()],
-                    get(&s.connections_closed[t as usize][r as usize]),
-                );
-            }
-        }
-    }),
-    (&COLLECTOR_CONNECTIONS_REFUSED, |s, _, _, emit| {
-        for t in Transport::ALL {
-            emit(&[t.as_str()], get(&s.connections_refused[t as usize]));
-        }
-    }),
-    (&EXPORT_DROPPED, |s, _, _, emit| {
-        for e in ExporterKind::ALL {
-            for r in DropReason::ALL {
-                emit(
-                    &[e.as_str(), r.as_str()],
-                    get(&s.export_dropped[e as usize][r as usize]),
-                );
-            }
-        }
-    }),
-    (&COLLECTOR_EXPORT_QUEUE_DEPTH, |s, _, _, emit| {
-        for e in ExporterKind::ALL {
-            emit(&[e.as_str()], get(&s.queue_depth[e as usize]));
-        }
-    }),
-    (&COLLECTOR_EXPORTS, |s, _, _, emit| {
-        for e in ExporterKind::ALL {
-            emit(&[e.as_str(), "failed"], get(&s.exports_failed[e as usize]));
-            emit(&[e.as_str(), "ok"], get(&s.exports_ok[e as usize]));
-        }
-    }),
-    (&COLLECTOR_POINTS_RECEIVED, |s, _, _, emit| {
-        for t in Transport::ALL {
-            emit(&[t.as_str()], get(&s.points_received[t as usize]));
-        }
-    }),
-    (&COLLECTOR_POINTS_REFUSED, |s, _, _, emit| {
-        for r in RefusalReason::ALL {
-            emit(&[r.as_str()], get(&s.points_refused[r as usize]));
-        }
-    }),
-    (&COLLECTOR_REQUESTS_REFUSED, |s, _, _, emit| {
-        for t in Transport::ALL {
-            for r in RequestRefusal::ALL {
-                emit(
-                    &[t.as_str(), r.as_str()],
-                    get(&s.requests_refused[t as usize][r as usize]),
-                );
-            }
-        }
-    }),
-    (&COLLECTOR_REQUESTS, |s, _, _, emit| {
-        for t in Transport::ALL {
-            emit(&[t.as_str()], get(&s.requests[t as usize]));
-        }
-    }),
-    (&COLLECTOR_SERIES, |_, store, _, emit| {
-        emit(&["fleet"], store.fleet.len() as f64);
-        emit(&["source"], store.series_held() as f64);
-    }),
-    (&COLLECTOR_SOURCES, |_, store, now, emit| {
-        emit(&[], store.live_sources(now) as f64);
-    }),
-    (&COLLECTOR_SPANS_EXPORTED, |s, _, _, emit| {
-        for e in ExporterKind::TRACES {
-            for o in SpanOutcome::ALL {
-                emit(
-                    &[e.as_str(), o.as_str()],
-                    get(&s.spans_exported[e as usize][o as usize]),
-                );
-            }
-        }
-    }),
-    (&COLLECTOR_SPANS_RECEIVED, |s, _, _, emit| {
-        for t in Transport::ALL {
-            emit(&[t.as_str()], get(&s.spans_received[t as usize]));
-        }
-    }),
-    (&COLLECTOR_TLS_HANDSHAKES_FAILED, |s, _, _, emit| {
-        for l in Listener::ALL {
-            emit(&[l.as_str()], get(&s.tls_handshakes_failed[l as usize]));
-        }
-    }),
-];
-
-fn get(a: &std::sync::atomic::AtomicU64) -> f64 {
-    SelfMetrics::get(a) as f64
-}
-
+/// The collector's own families, with the two the store derives (series held and
+/// live sources), in name order.
 fn self_metrics(store: &Store, now: u64, stats: &SelfMetrics, out: &mut Rows) {
-    for (family, read) in SELF_FAMILIES {
-        let mut rows = Vec::new();
-        read(stats, store, now, &mut |values, value| {
-            let pairs: Vec<(&str, &str)> = family
-                .labels
-                .iter()
-                .copied()
-                .zip(values.iter().copied())
-                .collect();
-            rows.push(Row {
-                labels: with_static(store, &pairs),
-                value: RowValue::Number(value),
-            });
-        });
+    let mut families: Vec<(&'static Family, Vec<Row>)> = Vec::new();
+    let mut add = |family: &'static Family, values: &[&str], value: f64| {
+        let pairs: Vec<(&str, &str)> = family
+            .labels
+            .iter()
+            .copied()
+            .zip(values.iter().copied())
+            .collect();
+        let row = Row {
+            labels: with_static(store, &pairs),
+            value: RowValue::Number(value),
+        };
+        match families.last_mut() {
+            Some((f, rows)) if f.name == family.name => rows.push(row),
+            _ => families.push((family, vec![row])),
+        }
+    };
+    stats.read(&mut add);
+    add(&COLLECTOR_SERIES, &["fleet"], store.fleet.len() as f64);
+    add(&COLLECTOR_SERIES, &["source"], store.series_held() as f64);
+    add(&COLLECTOR_SOURCES, &[], store.live_sources(now) as f64);
+    families.sort_by_key(|(f, _)| f.name);
+    for (family, rows) in families {
         out.push_family(family.name, family.help, family.kind.into())
             .extend(rows);
     }

@@ -6,18 +6,18 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{Headers, RetryOnFailure, SendingQueue, TlsClientSettings, duration_serde};
+use crate::duration as duration_serde;
 use crate::error::Error;
-
-/// The key every error of this exporter's settings starts with.
-pub(crate) const KEY: &str = "exporters.prometheusremotewrite";
+use crate::exporters::settings::{Headers, RetryOnFailure, SendingQueue, check_push};
+use crate::tls::TlsClientSettings;
 
 /// The label the per-source series carry when [`RemoteWriteExporter::include_sources`]
 /// is on (value `sources`), so that a PromQL `sum` can tell the views apart: select the
 /// fleet with `{higgsmeter_view=""}`.
 pub(crate) const SOURCES_VIEW_LABEL: &str = "higgsmeter_view";
 
-/// `exporters.prometheusremotewrite`: Prometheus remote write 1.0 (snappy-compressed
+/// `exporters.prometheusremotewrite` (and `prometheusremotewrite/NAME`): Prometheus
+/// remote write 1.0 (snappy-compressed
 /// protobuf `WriteRequest`s) of the fleet view, as a scrape of `/metrics` reads it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,9 +93,10 @@ fn valid_label_name(name: &str) -> bool {
 
 impl RemoteWriteExporter {
     /// Checks what `tls`/`headers` checks do not: the endpoint, the labels, the
-    /// intervals and sizes. Errors name the key.
-    pub(crate) fn validate(&self) -> Result<(), Error> {
-        let path = format!("{KEY}.endpoint");
+    /// intervals and sizes. Errors name the exporter's key (`key`:
+    /// `exporters.prometheusremotewrite[/NAME]`).
+    pub(crate) fn validate(&self, key: &str) -> Result<(), Error> {
+        let path = format!("{key}.endpoint");
         let url = &self.endpoint;
         let rest = url
             .strip_prefix("http://")
@@ -121,7 +122,7 @@ impl RemoteWriteExporter {
             ));
         }
         for (name, value) in &self.external_labels {
-            let p = format!("{KEY}.external_labels.{name}");
+            let p = format!("{key}.external_labels.{name}");
             if !valid_label_name(name) {
                 return Err(error(
                     p,
@@ -137,12 +138,12 @@ impl RemoteWriteExporter {
         }
         if self.max_batch_size_bytes < 1024 {
             return Err(error(
-                format!("{KEY}.max_batch_size_bytes"),
+                format!("{key}.max_batch_size_bytes"),
                 "must be at least 1024",
             ));
         }
-        crate::config::check_push(
-            KEY,
+        check_push(
+            key,
             self.interval,
             self.timeout,
             &self.sending_queue,

@@ -19,21 +19,72 @@ mod prompb;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::FutureExt as _;
 use tokio_util::sync::CancellationToken;
 
 pub use config::RemoteWriteExporter;
-pub(crate) use config::{KEY, SOURCES_VIEW_LABEL};
+pub(crate) use config::SOURCES_VIEW_LABEL;
 use encode::{BatchBuilder, Extra};
 
 use super::client::{ClientSettings, HttpClient};
 use super::push::{self, Batch, Outcomes, Push, Reading, Schedule, SendResult, Signal};
+use super::settings::{Compression, check_security};
 use crate::aggregate::{Aggregator, View};
-use crate::config::Compression;
-use crate::self_metrics::{ExporterKind, SelfMetrics};
+use crate::component::{ComponentId, Context, Started};
+use crate::error::Error;
+use crate::self_metrics::ExporterStats;
+
+impl RemoteWriteExporter {
+    /// Checks the settings of exporter `id`.
+    pub(crate) fn plan(&self, id: &ComponentId) -> Result<RemoteWritePlan, Error> {
+        let key = format!("exporters.{id}");
+        self.validate(&key)?;
+        check_security(&key, &self.endpoint, &self.tls, &self.headers)?;
+        Ok(RemoteWritePlan {
+            id: id.clone(),
+            settings: self.clone(),
+        })
+    }
+}
+
+/// A checked remote-write exporter.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteWritePlan {
+    pub(crate) id: ComponentId,
+    pub(crate) settings: RemoteWriteExporter,
+}
+
+impl RemoteWritePlan {
+    /// `prometheusremotewrite http://...`: the exporter in a pipeline line.
+    pub(crate) fn describe(&self) -> String {
+        format!("{} {}", self.id, self.settings.endpoint)
+    }
+
+    /// Its line under `exporters:` in `--check-config`.
+    pub(crate) fn summary(&self) -> String {
+        let rw = &self.settings;
+        format!(
+            "  {} to {}: every {}, timeout {}",
+            self.id,
+            rw.endpoint,
+            crate::duration::show(rw.interval),
+            crate::duration::show(rw.timeout)
+        )
+    }
+
+    /// Starts sending (nothing to bind: the client is made as it runs).
+    pub(crate) fn start(self, ctx: &Context) -> Started {
+        let stats = ctx.stats.exporter(&self.id.to_string(), Signal::Metrics);
+        Started {
+            address: None,
+            run: run(self, ctx.aggregator.clone(), stats, ctx.stop.clone()).boxed(),
+        }
+    }
+}
 
 /// The HTTP client of one receiver: the body is snappy-compressed by the encoder, so
 /// the client adds no compression of its own.
-fn client(cfg: &RemoteWriteExporter) -> Result<HttpClient, String> {
+fn client(key: &str, cfg: &RemoteWriteExporter) -> Result<HttpClient, String> {
     let url = cfg
         .endpoint
         .parse::<http::Uri>()
@@ -50,7 +101,7 @@ fn client(cfg: &RemoteWriteExporter) -> Result<HttpClient, String> {
         HeaderValue::from_static("0.1.0"),
     );
     let settings = ClientSettings {
-        key: KEY,
+        key,
         endpoint: &cfg.endpoint,
         tls: &cfg.tls,
         headers: &cfg.headers,
@@ -122,18 +173,18 @@ impl Push for RemoteWritePush {
     }
 }
 
-/// Sends the views every `cfg.interval` until `cancel`, then flushes once.
-pub(crate) async fn run(
-    cfg: RemoteWriteExporter,
+/// Sends the views every `interval` until `cancel`, then flushes once.
+async fn run(
+    plan: RemoteWritePlan,
     aggregator: Arc<Aggregator>,
-    stats: Arc<SelfMetrics>,
+    stats: Arc<ExporterStats>,
     cancel: CancellationToken,
 ) {
-    let kind = ExporterKind::RemoteWrite;
-    let client = match client(&cfg) {
+    let cfg = plan.settings;
+    let client = match client(&format!("exporters.{}", plan.id), &cfg) {
         Ok(c) => c,
         Err(e) => {
-            tracing::error!(exporter = kind.as_str(), error = %e, "cannot start the remote write exporter");
+            tracing::error!(exporter = %plan.id, error = %e, "cannot start the remote write exporter");
             return;
         }
     };
@@ -153,7 +204,7 @@ pub(crate) async fn run(
         queue_size: cfg.sending_queue.queue_size,
         retry: cfg.retry_on_failure.clone(),
     };
-    let outcomes = Outcomes::new(kind, Signal::Metrics, &cfg.endpoint, stats);
+    let outcomes = Outcomes::new(Signal::Metrics, &cfg.endpoint, stats);
     push::run_periodic(push, schedule, outcomes, cancel).await;
 }
 

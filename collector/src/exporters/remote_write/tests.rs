@@ -16,8 +16,8 @@ use super::encode::{Batch, parse_labels};
 use super::prompb::WriteRequest;
 use super::*;
 use crate::aggregate::AggregateConfig;
-use crate::config::{Headers, RetryOnFailure, SendingQueue};
-use crate::self_metrics::{DropReason, ExporterKind, SelfMetrics, Transport};
+use crate::exporters::settings::{Headers, RetryOnFailure, SendingQueue};
+use crate::self_metrics::{DropReason, SelfMetrics, Signal, Transport};
 
 fn kv(k: &str, v: &str) -> KeyValue {
     KeyValue {
@@ -314,16 +314,16 @@ async fn retries_5xx_and_429_drops_other_4xx_and_flushes_on_shutdown() {
     let aggregator = Arc::new(aggregator());
     let stats = Arc::new(SelfMetrics::default());
     let cancel = CancellationToken::new();
+    let e = stats.exporter("prometheusremotewrite", Signal::Metrics);
     let task = tokio::spawn(run(
-        exporter(endpoint),
+        plan(exporter(endpoint)),
         aggregator.clone(),
-        stats.clone(),
+        e.clone(),
         cancel.clone(),
     ));
-    let i = ExporterKind::RemoteWrite as usize;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while get(&stats.exports_ok[i]) < 2 {
+    while get(&e.exports_ok) < 2 {
         assert!(Instant::now() < deadline, "no successful sends");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -335,7 +335,7 @@ async fn retries_5xx_and_429_drops_other_4xx_and_flushes_on_shutdown() {
         .unwrap();
     let requests = state.requests.lock().unwrap();
     assert!(requests.len() > before_shutdown, "no final flush");
-    assert_eq!(get(&stats.exports_failed[i]), 4);
+    assert_eq!(get(&e.exports_failed), 4);
     // The 400 dropped one request's samples; the 5xx and 429 were retried.
     let samples = {
         let raw = snap::raw::Decoder::new()
@@ -346,11 +346,8 @@ async fn retries_5xx_and_429_drops_other_4xx_and_flushes_on_shutdown() {
             .timeseries
             .len() as u64
     };
-    assert_eq!(
-        get(&stats.export_dropped[i][DropReason::Refused as usize]),
-        samples
-    );
-    assert_eq!(get(&stats.exports_ok[i]) as usize, requests.len() - 4);
+    assert_eq!(get(&e.dropped[DropReason::Refused]), samples);
+    assert_eq!(get(&e.exports_ok) as usize, requests.len() - 4);
     // The first three requests are one retried request.
     assert_eq!(requests[0].1, requests[1].1);
     assert_eq!(requests[1].1, requests[2].1);
@@ -367,7 +364,7 @@ async fn retries_5xx_and_429_drops_other_4xx_and_flushes_on_shutdown() {
                 .any(|l| l.name == "cluster" && l.value == "a")
         }));
     }
-    assert_eq!(get(&stats.queue_depth[i]), 0);
+    assert_eq!(get(&e.queue_depth), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,22 +377,22 @@ async fn an_unreachable_receiver_fills_the_queue_and_drops_are_counted() {
     let aggregator = Arc::new(aggregator());
     let stats = Arc::new(SelfMetrics::default());
     let cancel = CancellationToken::new();
+    let e = stats.exporter("prometheusremotewrite", Signal::Metrics);
     let task = tokio::spawn(run(
-        exporter(format!("http://{addr}/api/v1/write")),
+        plan(exporter(format!("http://{addr}/api/v1/write"))),
         aggregator.clone(),
-        stats.clone(),
+        e.clone(),
         cancel.clone(),
     ));
-    let i = ExporterKind::RemoteWrite as usize;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while get(&stats.export_dropped[i][DropReason::QueueFull as usize]) == 0 {
+    while get(&e.dropped[DropReason::QueueFull]) == 0 {
         assert!(Instant::now() < deadline, "nothing dropped");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(get(&stats.queue_depth[i]) <= 2);
-    assert!(get(&stats.exports_failed[i]) >= 1);
-    assert_eq!(get(&stats.exports_ok[i]), 0);
+    assert!(get(&e.queue_depth) <= 2);
+    assert!(get(&e.exports_failed) >= 1);
+    assert_eq!(get(&e.exports_ok), 0);
     // Ingest goes on while the receiver is down.
     let r = aggregator
         .ingest_protobuf(&request(9, 1.0).encode_to_vec(), Transport::Grpc)
@@ -458,7 +455,14 @@ fn config_errors_name_the_key() {
     .unwrap()
     .plan()
     .unwrap();
-    let rw = ok.remote_write.unwrap();
-    assert!(rw.include_sources);
+    let rw = ok.remote_writes().next().unwrap();
+    assert!(rw.settings.include_sources);
     assert!(!format!("{rw:?}").contains("s3cret"));
+}
+
+fn plan(settings: RemoteWriteExporter) -> RemoteWritePlan {
+    RemoteWritePlan {
+        id: ComponentId::new("prometheusremotewrite"),
+        settings,
+    }
 }

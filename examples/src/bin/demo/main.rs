@@ -108,10 +108,12 @@ async fn start_collector(listen: &Overrides) -> Result<RunningCollector, Error> 
             Ok(running) => return Ok(running),
             Err(Error::Bind { what, addr, .. }) if addr.port() != 0 && !chosen => {
                 let free = Some(format!("{}:0", addr.ip()));
-                match what {
-                    "OTLP/gRPC receiver" => overrides.grpc = free,
-                    "OTLP/HTTP receiver" => overrides.http = free,
-                    _ => overrides.prometheus = free,
+                if what.starts_with("OTLP/gRPC receiver") {
+                    overrides.grpc = free;
+                } else if what.starts_with("OTLP/HTTP receiver") {
+                    overrides.http = free;
+                } else {
+                    overrides.prometheus = free;
                 }
             }
             Err(e) => return Err(e),
