@@ -342,3 +342,46 @@ fn refused_and_unanswered_requests_are_counted_and_ingest_goes_on() {
     );
     drop(refusing);
 }
+
+/// Two named remote-write exporters (`prometheusremotewrite/a`, `/b`, as a gateway
+/// writing to two tenants' TSDBs): each Prometheus holds exactly what `/metrics`
+/// shows, and the collector's own metrics count each exporter under its key.
+#[test]
+fn two_named_remote_write_targets_each_hold_the_scrape() {
+    let tmp = temp_dir("remote-write-named");
+    let dirs = [tmp.join("a"), tmp.join("b")];
+    let proms: Vec<Prometheus> = dirs
+        .iter()
+        .map(|d| {
+            std::fs::create_dir_all(d).expect("dir");
+            Prometheus::start(d, true)
+        })
+        .collect();
+    let target = |name: &str, prom: &Prometheus| {
+        format!(
+            "  prometheusremotewrite/{name}:\n    endpoint: {}\n    interval: 200ms\n    external_labels:\n      cluster: rw-test\n",
+            prom.write_url("/api/v1/write")
+        )
+    };
+    let yaml = format!(
+        "processors:\n  higgsmeter:\n    storage: none\n    stale_after: 5m\n    gauges:\n      - match: kv_cache_usage\n        aggregation: mean\nexporters:\n  prometheus:\n{}{}service:\n  pipelines:\n    metrics:\n      receivers: [otlp]\n      exporters: [prometheus, prometheusremotewrite/a, prometheusremotewrite/b]\n",
+        target("a", &proms[0]),
+        target("b", &proms[1])
+    );
+    let collector = CollectorProcess::start(Some(&yaml), &[]);
+    for rank in 0..2 {
+        post(&collector, rank_body(rank, 1));
+    }
+    let a = wait_equal(&proms[0], &collector);
+    let b = wait_equal(&proms[1], &collector);
+    assert_eq!(a, b);
+    for name in ["prometheusremotewrite/a", "prometheusremotewrite/b"] {
+        let ok = [("exporter", name), ("outcome", "ok")];
+        assert!(self_metric(&collector, "higgsmeter_collector_exports_total", &ok) > 0.0);
+    }
+    let unnamed = [("exporter", "prometheusremotewrite")];
+    assert_eq!(
+        self_metric(&collector, "higgsmeter_collector_exports_total", &unnamed),
+        0.0
+    );
+}

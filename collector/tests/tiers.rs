@@ -317,3 +317,101 @@ fn the_kubernetes_manifests_parse_and_their_configs_plan() {
     }
     assert_eq!(configs, 2, "one agent and one gateway config");
 }
+
+/// Rank `rank`'s cumulative step counter at `value`, as OTLP/JSON.
+fn steps_body(rank: u32, value: u32) -> String {
+    let start = started();
+    format!(
+        r#"{{"resourceMetrics":[{{"resource":{{"attributes":[
+        {{"key":"service.name","value":{{"stringValue":"named"}}}},
+        {{"key":"rank","value":{{"intValue":"{rank}"}}}}]}},
+        "scopeMetrics":[{{"metrics":[{{"name":"steps","sum":{{"aggregationTemporality":2,"isMonotonic":true,
+        "dataPoints":[{{"startTimeUnixNano":"{start}","timeUnixNano":"{start}","asInt":"{value}"}}]}}}}]}}]}}]}}"#
+    )
+}
+
+/// Named exporters (`otlp/primary`, `otlp/backup`): an agent pushes to two upstreams
+/// at once, each with its own queue, retries and `exporter` label; with the backup
+/// down, the primary's gateway holds the exact sum, round after round, and the
+/// agent's own metrics tell the two apart.
+#[test]
+fn an_agent_pushes_to_two_named_upstreams_and_one_down_holds_up_nothing() {
+    let gateway =
+        CollectorProcess::start(Some("processors:\n  higgsmeter:\n    storage: none\n"), &[]);
+    // A port nothing listens on: bound, noted, closed.
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let agent = CollectorProcess::start(
+        Some(&format!(
+            "processors:\n  higgsmeter:\n    storage: none\n\
+             exporters:\n  prometheus: {{endpoint: 127.0.0.1:0}}\n\
+             \x20 otlp/primary:\n    endpoint: http://{}\n    interval: 200ms\n\
+             \x20 otlp/backup:\n    endpoint: http://{down}\n    interval: 200ms\n    timeout: 300ms\n    \
+             sending_queue: {{queue_size: 2}}\n    retry_on_failure: {{initial_interval: 50ms, max_interval: 200ms}}\n\
+             service:\n  pipelines:\n    metrics:\n      receivers: [otlp]\n      exporters: [prometheus, otlp/primary, otlp/backup]\n",
+            gateway.grpc
+        )),
+        &[],
+    );
+    let client = reqwest::blocking::Client::new();
+    let post = |rank: u32, value: u32| {
+        let resp = client
+            .post(format!("{}/v1/metrics", agent.http_url()))
+            .header("content-type", "application/json")
+            .body(steps_body(rank, value))
+            .send()
+            .expect("POST");
+        assert_eq!(resp.status().as_u16(), 200);
+    };
+    let gateway_total = |want: f64| {
+        wait_for(
+            Duration::from_secs(30),
+            "the gateway holds the exact sum",
+            || (sum(&gateway.fleet(), "steps_total", &[]) == want).then_some(()),
+        )
+    };
+    post(0, 3);
+    post(1, 7);
+    gateway_total(10.0);
+    post(0, 30);
+    post(1, 70);
+    gateway_total(100.0);
+    let own = |exporter: &str, outcome: &str| {
+        sum(
+            &agent.fleet(),
+            "higgsmeter_collector_exports_total",
+            &[("exporter", exporter), ("outcome", outcome)],
+        )
+    };
+    wait_for(
+        Duration::from_secs(30),
+        "the backup's failures counted",
+        || (own("otlp/backup", "failed") > 0.0).then_some(()),
+    );
+    assert!(own("otlp/primary", "ok") > 0.0);
+    assert_eq!(own("otlp/backup", "ok"), 0.0);
+    assert_eq!(
+        own("otlp", "ok") + own("otlp", "failed"),
+        0.0,
+        "no unnamed otlp"
+    );
+    // The backup's bounded queue drops its oldest readings, counted under its name.
+    wait_for(
+        Duration::from_secs(30),
+        "the backup's queue drops counted",
+        || {
+            let dropped = sum(
+                &agent.fleet(),
+                "higgsmeter_collector_export_dropped_points_total",
+                &[("exporter", "otlp/backup"), ("reason", "queue_full")],
+            );
+            (dropped > 0.0).then_some(())
+        },
+    );
+    // Another round: the primary keeps up, exactly.
+    post(0, 50);
+    post(1, 90);
+    gateway_total(140.0);
+    assert!(agent.terminate().success());
+}
