@@ -11,63 +11,32 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
+use crate::protobuf::{DecodeError, LEN, Reader};
 use crate::self_metrics::{ExporterStats, SelfMetrics, Transport, add};
 
 /// A malformed trace request.
 #[derive(Debug, thiserror::Error)]
 #[error("not an OTLP ExportTraceServiceRequest: {0}")]
-pub(crate) struct MalformedTraces(&'static str);
+pub(crate) struct MalformedTraces(DecodeError);
 
-/// Reads a varint at the front of `buf`.
-fn varint(buf: &mut &[u8]) -> Result<u64, MalformedTraces> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let Some((&b, rest)) = buf.split_first() else {
-            return Err(MalformedTraces("truncated varint"));
-        };
-        *buf = rest;
-        value |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Ok(value);
-        }
+impl From<DecodeError> for MalformedTraces {
+    fn from(e: DecodeError) -> Self {
+        MalformedTraces(e)
     }
-    Err(MalformedTraces("varint over 10 bytes"))
 }
 
 /// Calls `f(field, payload)` for each length-delimited field of a message and skips
 /// the others; errors on anything malformed.
 fn fields<'a>(
-    mut buf: &'a [u8],
-    mut f: impl FnMut(u64, &'a [u8]) -> Result<(), MalformedTraces>,
+    buf: &'a [u8],
+    mut f: impl FnMut(u32, &'a [u8]) -> Result<(), MalformedTraces>,
 ) -> Result<(), MalformedTraces> {
-    while !buf.is_empty() {
-        let key = varint(&mut buf)?;
-        let (field, wire) = (key >> 3, key & 7);
-        if field == 0 {
-            return Err(MalformedTraces("field number 0"));
-        }
-        match wire {
-            0 => {
-                varint(&mut buf)?;
-            }
-            1 | 5 => {
-                let n = if wire == 1 { 8 } else { 4 };
-                if buf.len() < n {
-                    return Err(MalformedTraces("truncated fixed-width field"));
-                }
-                buf = &buf[n..];
-            }
-            2 => {
-                let len = usize::try_from(varint(&mut buf)?)
-                    .map_err(|_| MalformedTraces("length overflows"))?;
-                if buf.len() < len {
-                    return Err(MalformedTraces("truncated length-delimited field"));
-                }
-                let (payload, rest) = buf.split_at(len);
-                buf = rest;
-                f(field, payload)?;
-            }
-            _ => return Err(MalformedTraces("unsupported wire type")),
+    let mut r = Reader::new(buf);
+    while let Some((field, wire)) = r.key()? {
+        if wire == LEN {
+            f(field, r.bytes()?)?;
+        } else {
+            r.skip(wire)?;
         }
     }
     Ok(())

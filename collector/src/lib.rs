@@ -90,6 +90,7 @@ mod exporters;
 mod forward;
 mod labels;
 mod net;
+mod protobuf;
 mod receivers;
 mod self_metrics;
 mod storage;

@@ -11,8 +11,6 @@
 //! packed and unpacked repeated scalars, the last value of a oneof wins; strings this
 //! reader uses must be UTF-8.
 
-use std::fmt;
-
 mod apply;
 
 pub(crate) use apply::apply;
@@ -20,119 +18,8 @@ pub(crate) use apply::apply;
 use opentelemetry_proto::tonic::common::v1::AnyValue;
 use prost::Message as _;
 
-/// Why bytes are not a well-formed OTLP `ExportMetricsServiceRequest`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecodeError(pub(crate) &'static str);
-
-impl std::error::Error for DecodeError {}
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
-    }
-}
-
-type Result<T> = std::result::Result<T, DecodeError>;
-
-const VARINT: u8 = 0;
-const FIXED64: u8 = 1;
-const LEN: u8 = 2;
-const FIXED32: u8 = 5;
-
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Reader<'a> {
-        Reader { buf, pos: 0 }
-    }
-
-    fn varint(&mut self) -> Result<u64> {
-        let mut value = 0u64;
-        for i in 0..10 {
-            let Some(&b) = self.buf.get(self.pos) else {
-                return Err(DecodeError("truncated varint"));
-            };
-            self.pos += 1;
-            value |= u64::from(b & 0x7f) << (7 * i);
-            if b < 0x80 {
-                return Ok(value);
-            }
-        }
-        Err(DecodeError("varint longer than 10 bytes"))
-    }
-
-    /// The next field's number and wire type, or `None` at the end.
-    fn key(&mut self) -> Result<Option<(u32, u8)>> {
-        if self.pos >= self.buf.len() {
-            return Ok(None);
-        }
-        let key = self.varint()?;
-        let field =
-            u32::try_from(key >> 3).map_err(|_| DecodeError("field number out of range"))?;
-        if field == 0 {
-            return Err(DecodeError("field number 0"));
-        }
-        Ok(Some((field, (key & 7) as u8)))
-    }
-
-    fn fixed64(&mut self) -> Result<u64> {
-        let end = self
-            .pos
-            .checked_add(8)
-            .ok_or(DecodeError("truncated fixed64"))?;
-        let bytes = self
-            .buf
-            .get(self.pos..end)
-            .ok_or(DecodeError("truncated fixed64"))?;
-        self.pos = end;
-        let mut arr = [0u8; 8];
-        arr.copy_from_slice(bytes);
-        Ok(u64::from_le_bytes(arr))
-    }
-
-    fn bytes(&mut self) -> Result<&'a [u8]> {
-        let len =
-            usize::try_from(self.varint()?).map_err(|_| DecodeError("length out of range"))?;
-        let end = self
-            .pos
-            .checked_add(len)
-            .ok_or(DecodeError("length out of range"))?;
-        let bytes = self
-            .buf
-            .get(self.pos..end)
-            .ok_or(DecodeError("truncated length-delimited field"))?;
-        self.pos = end;
-        Ok(bytes)
-    }
-
-    fn str(&mut self) -> Result<&'a str> {
-        std::str::from_utf8(self.bytes()?)
-            .map_err(|_| DecodeError("string field is not valid UTF-8"))
-    }
-
-    fn skip(&mut self, wire: u8) -> Result<()> {
-        match wire {
-            VARINT => self.varint().map(|_| ()),
-            FIXED64 => self.fixed64().map(|_| ()),
-            LEN => self.bytes().map(|_| ()),
-            FIXED32 => {
-                let end = self
-                    .pos
-                    .checked_add(4)
-                    .ok_or(DecodeError("truncated fixed32"))?;
-                if end > self.buf.len() {
-                    return Err(DecodeError("truncated fixed32"));
-                }
-                self.pos = end;
-                Ok(())
-            }
-            _ => Err(DecodeError("invalid or group wire type")),
-        }
-    }
-}
+pub use crate::protobuf::DecodeError;
+use crate::protobuf::{FIXED64, LEN, Reader, Result, VARINT};
 
 fn expect(wire: u8, want: u8) -> Result<()> {
     if wire == want {
