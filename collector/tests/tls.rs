@@ -634,10 +634,13 @@ fn check_config_rejects_bad_certificates_keys_and_authenticators() {
     let (ok, text) = check(&good);
     assert!(ok, "{text}");
     assert!(
-        text.contains("OTLP/gRPC receiver: mutual TLS, bearer token required"),
+        text.contains("OTLP/gRPC receiver otlp: mutual TLS, bearer token required"),
         "{text}"
     );
-    assert!(text.contains("Prometheus endpoint: TLS"), "{text}");
+    assert!(
+        text.contains("Prometheus endpoint prometheus: TLS"),
+        "{text}"
+    );
     assert!(
         !text.contains(TOKEN),
         "--check-config printed the token: {text}"
@@ -728,9 +731,9 @@ fn the_shipped_tls_example_checks() {
         String::from_utf8_lossy(&out.stderr)
     );
     for line in [
-        "OTLP/gRPC receiver: TLS, bearer token required",
-        "OTLP/HTTP receiver: TLS, bearer token required",
-        "Prometheus endpoint: TLS",
+        "OTLP/gRPC receiver otlp: TLS, bearer token required",
+        "OTLP/HTTP receiver otlp: TLS, bearer token required",
+        "Prometheus endpoint prometheus: TLS",
     ] {
         assert!(text.contains(line), "no `{line}` in: {text}");
     }
