@@ -118,9 +118,12 @@ impl ShutdownSignal {
     }
 }
 
+mod allocator;
+
 /// mimalloc: ingest allocates and frees request buffers on every runtime worker, often
 /// a buffer on another worker than the one that allocated it; glibc's arenas made that
-/// a lock (BENCHMARKS.md, *Collector: parallel ingest*).
+/// a lock (BENCHMARKS.md, *Collector: parallel ingest*). Made lean by
+/// [`allocator::lean`] at the top of `main`.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -132,6 +135,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn main() -> ExitCode {
+    allocator::lean();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
