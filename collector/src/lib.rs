@@ -66,6 +66,22 @@
 //! `unsupported_type`, reported as partial success): configure explicit-bucket
 //! histograms in the sending SDK.
 //!
+//! - **Named instances**: receivers and exporters are keyed `type[/name]` as in the
+//!   OpenTelemetry Collector (`otlp/primary`, `otlp/backup`,
+//!   `prometheusremotewrite/tenant-a`), each exporter with its own queue, retries and
+//!   `exporter` label on the self-metrics.
+//!
+//! # Layout
+//!
+//! Each receiver (`receivers/`) and exporter (`exporters/`) module owns its settings,
+//! their checks into a plan, its `--check-config` line and its start; `config` only
+//! loops over the pipelines' keys and `Collector::start` over the plans (ADR 0016, with
+//! the drill for adding one). The store (`aggregate/`) knows nothing of transports,
+//! TLS or exporters; the leaf modules `labels` (self-metric labels and the tables
+//! sized by them), `duration`, `protobuf` (the one wire reader) and `error` use
+//! nothing else of the crate, and `collector/tests/layering.rs` fails on any import
+//! cycle between modules.
+//!
 //! # Configuration
 //!
 //! `otel-config/collector.yaml` is the shipped file; `otel-config/README.md` lists every
