@@ -18,11 +18,15 @@ use futures_util::future::BoxFuture;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use tokio_util::sync::CancellationToken;
 
+use tokio::net::TcpListener;
+
 use crate::aggregate::Aggregator;
 use crate::auth::BearerTokenAuthConfig;
+use crate::error::Error;
 use crate::forward::TraceForwarder;
 use crate::labels::Listener;
 use crate::self_metrics::SelfMetrics;
+use crate::tls::{ALPN_H2, ALPN_HTTP1, TlsListener, TlsServerSettings};
 
 /// A component's key under `receivers` or `exporters`: its type, and after a `/` an
 /// optional name that tells instances of one type apart (`otlp/primary`,
@@ -222,6 +226,33 @@ pub(crate) struct Started {
     pub(crate) address: Option<(Listener, SocketAddr)>,
     /// Runs the component until its stage stops.
     pub(crate) run: BoxFuture<'static, ()>,
+}
+
+/// Takes a listening component's port and reads its TLS files (watched for rotation
+/// until the collector stops): what each listener does first (`key`: its config key,
+/// for errors).
+pub(crate) async fn listen(
+    ctx: &Context,
+    kind: Listener,
+    key: &str,
+    addr: SocketAddr,
+    tls: &Option<TlsServerSettings>,
+) -> Result<(TcpListener, SocketAddr, Option<Arc<TlsListener>>), Error> {
+    let alpn: &[u8] = match kind {
+        Listener::Grpc => ALPN_H2,
+        Listener::Http | Listener::Prometheus => ALPN_HTTP1,
+    };
+    let tls = crate::tls::start_listener(
+        kind,
+        &format!("{key}.tls"),
+        tls,
+        &[alpn],
+        &ctx.stats,
+        &ctx.stopped,
+    )?;
+    let listener = crate::net::bind(format!("{} ({key})", kind.role()), addr).await?;
+    let addr = crate::net::local_addr(&listener)?;
+    Ok((listener, addr, tls))
 }
 
 #[cfg(test)]

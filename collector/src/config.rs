@@ -20,8 +20,8 @@ pub use crate::exporters::{
     PushProtocol, RemoteWriteExporter, RemoteWritePlan,
 };
 pub use crate::receivers::{
-    DEFAULT_MAX_CONNECTIONS_PER_PEER, GrpcPlan, GrpcReceiver, HttpPlan, HttpReceiver, OtlpReceiver,
-    Protocols, ReceiverConfig, ReceiverPlan,
+    DEFAULT_MAX_CONNECTIONS_PER_PEER, GrpcReceiver, HttpReceiver, OtlpReceiver, Protocols,
+    ReceiverConfig, ReceiverPlan,
 };
 pub use crate::storage::FileStorageConfig;
 pub use crate::tls::{TlsClientSettings, TlsServerSettings};
@@ -229,19 +229,17 @@ pub struct Plan {
 
 impl Plan {
     /// The first OTLP/gRPC listener.
-    pub fn grpc(&self) -> Option<&GrpcPlan> {
-        self.receivers.iter().find_map(|r| match r {
-            ReceiverPlan::Grpc(g) => Some(g),
-            ReceiverPlan::Http(_) => None,
-        })
+    pub fn grpc(&self) -> Option<&ReceiverPlan> {
+        self.receivers
+            .iter()
+            .find(|r| r.transport() == crate::Transport::Grpc)
     }
 
     /// The first OTLP/HTTP listener.
-    pub fn http(&self) -> Option<&HttpPlan> {
-        self.receivers.iter().find_map(|r| match r {
-            ReceiverPlan::Http(h) => Some(h),
-            ReceiverPlan::Grpc(_) => None,
-        })
+    pub fn http(&self) -> Option<&ReceiverPlan> {
+        self.receivers
+            .iter()
+            .find(|r| r.transport() == crate::Transport::Http)
     }
 
     /// The first Prometheus endpoint.
@@ -292,7 +290,7 @@ mod tests {
     fn zero_config_has_both_receivers_and_prometheus() {
         let plan = Config::default().plan().unwrap();
         assert_eq!(plan.grpc().unwrap().addr, "127.0.0.1:4317".parse().unwrap());
-        assert_eq!(plan.http().unwrap().max_body, 16 * 1024 * 1024);
+        assert_eq!(plan.http().unwrap().max_size, 16 * 1024 * 1024);
         let prometheus = plan.prometheus().unwrap();
         assert_eq!(prometheus.addr, "127.0.0.1:9464".parse().unwrap());
         assert!(prometheus.sources_view);

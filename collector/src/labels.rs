@@ -178,6 +178,17 @@ label! {
     }
 }
 
+impl Listener {
+    /// What the logs and `--check-config` call it.
+    pub(crate) fn role(self) -> &'static str {
+        match self {
+            Listener::Grpc => "OTLP/gRPC receiver",
+            Listener::Http => "OTLP/HTTP receiver",
+            Listener::Prometheus => "Prometheus endpoint",
+        }
+    }
+}
+
 /// One `T` per member of the label `E` (`N` must be `E::COUNT`, checked when the table
 /// is made), indexed by the members themselves.
 #[derive(Debug)]

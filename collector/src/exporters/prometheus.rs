@@ -22,7 +22,7 @@ use crate::component::{ComponentId, Context, Started};
 use crate::error::Error;
 use crate::net::LimitedListener;
 use crate::self_metrics::Listener;
-use crate::tls::{ALPN_HTTP1, TlsServerSettings};
+use crate::tls::TlsServerSettings;
 
 /// `exporters.prometheus` (and `prometheus/NAME`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -97,7 +97,8 @@ impl PrometheusPlan {
     /// How it is secured, for `--check-config`.
     pub(crate) fn security(&self) -> String {
         format!(
-            "Prometheus endpoint {}: {}",
+            "{} {}: {}",
+            Listener::Prometheus.role(),
             self.id,
             crate::tls::describe(&self.tls)
         )
@@ -106,16 +107,8 @@ impl PrometheusPlan {
     /// Takes its port and reads its TLS files.
     pub(crate) async fn start(self, ctx: &Context) -> Result<Started, Error> {
         let key = format!("exporters.{}", self.id);
-        let tls = crate::tls::start_listener(
-            Listener::Prometheus,
-            &format!("{key}.tls"),
-            &self.tls,
-            &[ALPN_HTTP1],
-            &ctx.stats,
-            &ctx.stopped,
-        )?;
-        let listener = crate::net::bind(format!("Prometheus endpoint ({key})"), self.addr).await?;
-        let addr = crate::net::local_addr(&listener)?;
+        let (listener, addr, tls) =
+            crate::component::listen(ctx, Listener::Prometheus, &key, self.addr, &self.tls).await?;
         Ok(Started {
             address: Some((Listener::Prometheus, addr)),
             run: serve(

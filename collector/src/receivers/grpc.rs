@@ -2,7 +2,6 @@
 //! the listener: metrics in, traces to the traces pipeline when there is one, logs
 //! refused as unimplemented.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,25 +14,26 @@ use opentelemetry_proto::tonic::collector::logs::v1::{
 };
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::codec::{CompressionEncoding, EnabledCompressionEncodings};
 use tonic::codegen::{Body as HttpBody, BoxFuture, Context, Poll, Service, StdError};
 use tonic::{Request, Response, Status};
 
-use futures_util::FutureExt as _;
 use serde::Deserialize;
 
-use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, authenticator, check_per_peer, response};
+use super::{
+    Bound, ReceiverPlan, SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, authenticator, check_per_peer,
+    response,
+};
 use crate::aggregate::Aggregator;
-use crate::auth::{AuthSettings, BearerAuth, BearerTokenAuthConfig};
-use crate::component::{ComponentId, PlanEnv, Started};
+use crate::auth::{AuthSettings, BearerAuth};
+use crate::component::{ComponentId, PlanEnv};
 use crate::duration as duration_serde;
 use crate::error::Error;
 use crate::forward::{Refused, TraceForwarder, count_spans};
 use crate::net::{ConnLimits, LimitedListener, TrackRequests};
-use crate::self_metrics::{Listener, RequestRefusal, SelfMetrics, Transport};
-use crate::tls::{ALPN_H2, TlsListener, TlsServerSettings};
+use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
+use crate::tls::TlsServerSettings;
 
 /// `receivers.otlp.protocols.grpc`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -89,7 +89,7 @@ impl Default for GrpcReceiver {
 
 impl GrpcReceiver {
     /// Checks the settings of receiver `id`'s gRPC listener.
-    pub(crate) fn plan(&self, id: &ComponentId, env: PlanEnv<'_>) -> Result<GrpcPlan, Error> {
+    pub(crate) fn plan(&self, id: &ComponentId, env: PlanEnv<'_>) -> Result<ReceiverPlan, Error> {
         let key = format!("receivers.{id}.protocols.grpc");
         let error = |path: String, message: &str| Error::Config {
             path,
@@ -118,10 +118,11 @@ impl GrpcReceiver {
             self.max_connections,
         )?;
         crate::tls::check_server(&format!("{key}.tls"), &self.tls)?;
-        Ok(GrpcPlan {
+        Ok(ReceiverPlan {
             id: id.clone(),
+            transport: Transport::Grpc,
             addr,
-            max_message: (self.max_recv_msg_size_mib * 1024 * 1024) as usize,
+            max_size: (self.max_recv_msg_size_mib * 1024 * 1024) as usize,
             limits: ConnLimits {
                 max: self.max_connections,
                 per_peer,
@@ -133,94 +134,6 @@ impl GrpcReceiver {
             auth: authenticator(&format!("{key}.auth"), &self.auth, env)?,
         })
     }
-}
-
-/// A checked OTLP/gRPC listener.
-#[derive(Debug, Clone, PartialEq)]
-pub struct GrpcPlan {
-    pub(crate) id: ComponentId,
-    pub(crate) addr: SocketAddr,
-    pub(crate) max_message: usize,
-    pub(crate) limits: ConnLimits,
-    pub(crate) read_timeout: Duration,
-    pub(crate) tls: Option<TlsServerSettings>,
-    pub(crate) auth: Option<BearerTokenAuthConfig>,
-}
-
-impl GrpcPlan {
-    /// Where it listens (as configured: port 0 picks one at start).
-    pub fn address(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The largest message it takes, bytes.
-    pub fn max_message(&self) -> usize {
-        self.max_message
-    }
-
-    fn key(&self) -> String {
-        format!("receivers.{}.protocols.grpc", self.id)
-    }
-
-    /// Its line under `receivers:` in `--check-config`.
-    pub(crate) fn summary(&self) -> String {
-        format!(
-            "  {} grpc on {}: messages up to {}, at most {} connections, a request times out after {}",
-            self.id,
-            self.addr,
-            crate::duration::show_bytes(self.max_message),
-            self.limits.max,
-            crate::duration::show(self.read_timeout)
-        )
-    }
-
-    /// Reads its TLS files and token, takes its port, and readies it to serve.
-    pub(crate) async fn start(self, ctx: &crate::component::Context) -> Result<Started, Error> {
-        let key = self.key();
-        let tls = crate::tls::start_listener(
-            Listener::Grpc,
-            &format!("{key}.tls"),
-            &self.tls,
-            &[ALPN_H2],
-            &ctx.stats,
-            &ctx.stopped,
-        )?;
-        let auth = self
-            .auth
-            .as_ref()
-            .map(|a| BearerAuth::start(a, ctx.stopped.clone()))
-            .transpose()?;
-        let listener = crate::net::bind(format!("OTLP/gRPC receiver ({key})"), self.addr).await?;
-        let addr = crate::net::local_addr(&listener)?;
-        let serve = Serve {
-            key,
-            max_message: self.max_message,
-            limits: self.limits,
-            read_timeout: self.read_timeout,
-            tls,
-            auth,
-            traces: ctx.traces.clone(),
-            aggregator: ctx.aggregator.clone(),
-            stats: ctx.stats.clone(),
-        };
-        Ok(Started {
-            address: Some((Listener::Grpc, addr)),
-            run: serve.run(listener, ctx.stop.clone()).boxed(),
-        })
-    }
-}
-
-/// What a running gRPC listener holds.
-struct Serve {
-    key: String,
-    max_message: usize,
-    limits: ConnLimits,
-    read_timeout: Duration,
-    tls: Option<Arc<TlsListener>>,
-    auth: Option<Arc<BearerAuth>>,
-    traces: Option<Arc<TraceForwarder>>,
-    aggregator: Arc<Aggregator>,
-    stats: Arc<SelfMetrics>,
 }
 
 /// The metrics service, by hand rather than generated: tonic hands it the request's
@@ -545,69 +458,68 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-impl Serve {
-    /// Serves OTLP/gRPC on `listener` until `cancel`: at most `limits.max`
-    /// connections (`limits.per_peer` from one address), each closed when its TLS
-    /// handshake and HTTP/2 preface take longer than `limits.opening` or it has no
-    /// request for `limits.idle` (see `net`); each request bounded by
-    /// `read_timeout`, idle connections probed with HTTP/2 pings. On `cancel` it stops
-    /// accepting, closes unfinished and idle connections at once and lets requests in
-    /// flight finish; the caller bounds that wait (`service.shutdown_timeout`). With
-    /// `tls` the port is TLS-only; with `auth` every request needs the bearer token.
-    async fn run(self, listener: TcpListener, cancel: CancellationToken) {
-        let Serve {
-            key,
-            max_message,
-            limits,
-            read_timeout,
-            tls,
-            auth,
-            traces: traces_forwarder,
-            aggregator,
-            stats,
-        } = self;
-        let traces = Traces {
-            forwarder: traces_forwarder,
-            aggregator: aggregator.clone(),
-            max_message,
-        };
-        let metrics = Metrics {
-            aggregator,
-            max_message,
-        };
-        let logs = LogsServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
-        let listener = LimitedListener::new(
-            listener,
-            limits,
-            (Transport::Grpc, key),
-            stats.clone(),
-            cancel.clone(),
-        );
-        let incoming = crate::net::incoming(listener, tls, cancel.clone());
-        let layer = tower::ServiceBuilder::new()
-            .layer_fn(TrackRequests::from_extensions)
-            .map_response(move |resp| account(&stats, resp))
-            .option_layer(auth.map(|auth| {
-                tower::layer::layer_fn(move |inner| Authenticate {
-                    inner,
-                    auth: auth.clone(),
-                })
-            }));
-        // Larger HTTP/2 windows: a 1,000-point request is ~130 KiB, over the 64 KiB default.
-        let result = tonic::transport::Server::builder()
-            .initial_stream_window_size(Some(2 * 1024 * 1024))
-            .initial_connection_window_size(Some(8 * 1024 * 1024))
-            .timeout(read_timeout)
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-            .layer(layer)
-            .add_service(metrics)
-            .add_service(traces)
-            .add_service(logs)
-            .serve_with_incoming_shutdown(incoming, cancel.cancelled())
-            .await;
-        if let Err(e) = result {
-            tracing::error!(error = %e, "the OTLP/gRPC receiver stopped");
-        }
+/// Serves OTLP/gRPC on `b`'s listener until `cancel`: at most `limits.max`
+/// connections (`limits.per_peer` from one address), each closed when its TLS
+/// handshake and HTTP/2 preface take longer than `limits.opening` or it has no request
+/// for `limits.idle` (see `net`); each request bounded by `read_timeout`, idle
+/// connections probed with HTTP/2 pings. On `cancel` it stops accepting, closes
+/// unfinished and idle connections at once and lets requests in flight finish; the
+/// caller bounds that wait (`service.shutdown_timeout`). With `tls` the port is
+/// TLS-only; with `auth` every request needs the bearer token.
+pub(crate) async fn serve(b: Bound, cancel: CancellationToken) {
+    let Bound {
+        key,
+        listener,
+        max_size: max_message,
+        limits,
+        read_timeout,
+        tls,
+        auth,
+        traces: traces_forwarder,
+        aggregator,
+        stats,
+    } = b;
+    let traces = Traces {
+        forwarder: traces_forwarder,
+        aggregator: aggregator.clone(),
+        max_message,
+    };
+    let metrics = Metrics {
+        aggregator,
+        max_message,
+    };
+    let logs = LogsServiceServer::new(Refuse).accept_compressed(CompressionEncoding::Gzip);
+    let listener = LimitedListener::new(
+        listener,
+        limits,
+        (Transport::Grpc, key),
+        stats.clone(),
+        cancel.clone(),
+    );
+    let incoming = crate::net::incoming(listener, tls, cancel.clone());
+    let layer = tower::ServiceBuilder::new()
+        .layer_fn(TrackRequests::from_extensions)
+        .map_response(move |resp| account(&stats, resp))
+        .option_layer(auth.map(|auth| {
+            tower::layer::layer_fn(move |inner| Authenticate {
+                inner,
+                auth: auth.clone(),
+            })
+        }));
+    // Larger HTTP/2 windows: a 1,000-point request is ~130 KiB, over the 64 KiB default.
+    let result = tonic::transport::Server::builder()
+        .initial_stream_window_size(Some(2 * 1024 * 1024))
+        .initial_connection_window_size(Some(8 * 1024 * 1024))
+        .timeout(read_timeout)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .layer(layer)
+        .add_service(metrics)
+        .add_service(traces)
+        .add_service(logs)
+        .serve_with_incoming_shutdown(incoming, cancel.cancelled())
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "the OTLP/gRPC receiver stopped");
     }
 }

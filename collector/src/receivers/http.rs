@@ -3,7 +3,6 @@
 //! bodies, optionally gzip-compressed.
 
 use std::io::Read as _;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,22 +16,23 @@ use axum::routing::{get, post};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use futures_util::FutureExt as _;
 use serde::Deserialize;
 
-use super::{SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, authenticator, check_per_peer, response};
+use super::{
+    Bound, ReceiverPlan, SHUTTING_DOWN, SIGNAL_NOT_SUPPORTED, authenticator, check_per_peer,
+    response,
+};
 use crate::aggregate::Aggregator;
-use crate::auth::{AuthSettings, BearerAuth, BearerTokenAuthConfig};
-use crate::component::{ComponentId, PlanEnv, Started};
+use crate::auth::{AuthSettings, BearerAuth};
+use crate::component::{ComponentId, PlanEnv};
 use crate::duration as duration_serde;
 use crate::error::Error;
 use crate::forward::{Refused, TraceForwarder, count_spans};
 use crate::net::{ConnLimits, LimitedListener, serve_http1};
-use crate::self_metrics::{Listener, RequestRefusal, SelfMetrics, Transport};
-use crate::tls::{ALPN_HTTP1, TlsListener, TlsServerSettings};
+use crate::self_metrics::{RequestRefusal, SelfMetrics, Transport};
+use crate::tls::TlsServerSettings;
 
 /// `receivers.otlp.protocols.http`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -85,7 +85,7 @@ impl Default for HttpReceiver {
 
 impl HttpReceiver {
     /// Checks the settings of receiver `id`'s HTTP listener.
-    pub(crate) fn plan(&self, id: &ComponentId, env: PlanEnv<'_>) -> Result<HttpPlan, Error> {
+    pub(crate) fn plan(&self, id: &ComponentId, env: PlanEnv<'_>) -> Result<ReceiverPlan, Error> {
         let key = format!("receivers.{id}.protocols.http");
         let error = |path: String, message: &str| Error::Config {
             path,
@@ -113,10 +113,11 @@ impl HttpReceiver {
             self.max_connections,
         )?;
         crate::tls::check_server(&format!("{key}.tls"), &self.tls)?;
-        Ok(HttpPlan {
+        Ok(ReceiverPlan {
             id: id.clone(),
+            transport: Transport::Http,
             addr,
-            max_body: usize::try_from(self.max_request_body_size).unwrap_or(usize::MAX),
+            max_size: usize::try_from(self.max_request_body_size).unwrap_or(usize::MAX),
             limits: ConnLimits {
                 max: self.max_connections,
                 per_peer,
@@ -126,79 +127,6 @@ impl HttpReceiver {
             read_timeout: self.read_timeout,
             tls: self.tls.clone(),
             auth: authenticator(&format!("{key}.auth"), &self.auth, env)?,
-        })
-    }
-}
-
-/// A checked OTLP/HTTP listener.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HttpPlan {
-    pub(crate) id: ComponentId,
-    pub(crate) addr: SocketAddr,
-    pub(crate) max_body: usize,
-    pub(crate) limits: ConnLimits,
-    pub(crate) read_timeout: Duration,
-    pub(crate) tls: Option<TlsServerSettings>,
-    pub(crate) auth: Option<BearerTokenAuthConfig>,
-}
-
-impl HttpPlan {
-    /// Where it listens (as configured: port 0 picks one at start).
-    pub fn address(&self) -> SocketAddr {
-        self.addr
-    }
-
-    /// The largest body it takes, bytes.
-    pub fn max_body(&self) -> usize {
-        self.max_body
-    }
-
-    fn key(&self) -> String {
-        format!("receivers.{}.protocols.http", self.id)
-    }
-
-    /// Its line under `receivers:` in `--check-config`.
-    pub(crate) fn summary(&self) -> String {
-        format!(
-            "  {} http on {}: bodies up to {}, at most {} connections, headers within {}, a body within {}",
-            self.id,
-            self.addr,
-            crate::duration::show_bytes(self.max_body),
-            self.limits.max,
-            crate::duration::show(self.limits.opening),
-            crate::duration::show(self.read_timeout)
-        )
-    }
-
-    /// Reads its TLS files and token, takes its port, and readies it to serve.
-    pub(crate) async fn start(self, ctx: &crate::component::Context) -> Result<Started, Error> {
-        let key = self.key();
-        let tls = crate::tls::start_listener(
-            Listener::Http,
-            &format!("{key}.tls"),
-            &self.tls,
-            &[ALPN_HTTP1],
-            &ctx.stats,
-            &ctx.stopped,
-        )?;
-        let auth = self
-            .auth
-            .as_ref()
-            .map(|a| BearerAuth::start(a, ctx.stopped.clone()))
-            .transpose()?;
-        let listener = crate::net::bind(format!("OTLP/HTTP receiver ({key})"), self.addr).await?;
-        let addr = crate::net::local_addr(&listener)?;
-        let state = AppState {
-            aggregator: ctx.aggregator.clone(),
-            stats: ctx.stats.clone(),
-            max_body: self.max_body,
-            read_timeout: self.read_timeout,
-            auth,
-            traces: ctx.traces.clone(),
-        };
-        Ok(Started {
-            address: Some((Listener::Http, addr)),
-            run: serve(listener, key, self.limits, state, tls, ctx.stop.clone()).boxed(),
         })
     }
 }
@@ -569,15 +497,27 @@ async fn healthz() -> &'static str {
 /// that wait (`service.shutdown_timeout`), and dropping this future drops every
 /// connection. With `tls` the port is TLS-only; with `auth` the OTLP paths need the
 /// bearer token (`/healthz` and `/readyz` do not).
-async fn serve(
-    listener: TcpListener,
-    key: String,
-    limits: ConnLimits,
-    state: AppState,
-    tls: Option<Arc<TlsListener>>,
-    cancel: CancellationToken,
-) {
-    let stats = state.stats.clone();
+pub(crate) async fn serve(b: Bound, cancel: CancellationToken) {
+    let Bound {
+        key,
+        listener,
+        max_size,
+        limits,
+        read_timeout,
+        tls,
+        auth,
+        traces: forwarder,
+        aggregator,
+        stats,
+    } = b;
+    let state = AppState {
+        aggregator,
+        stats: stats.clone(),
+        max_body: max_size,
+        read_timeout,
+        auth,
+        traces: forwarder,
+    };
     let app = Router::new()
         .route("/v1/metrics", post(metrics))
         .route("/v1/traces", post(traces))

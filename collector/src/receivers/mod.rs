@@ -17,12 +17,24 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 use serde::Deserialize;
 use serde::de::MapAccess;
 
-use crate::aggregate::IngestResult;
-use crate::auth::{AuthSettings, BearerTokenAuthConfig};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt as _;
+use tokio::net::TcpListener;
+
+use crate::aggregate::{Aggregator, IngestResult};
+use crate::auth::{AuthSettings, BearerAuth, BearerTokenAuthConfig};
 use crate::component::{ComponentId, Context, PlanEnv, Registry, Started, defaults_if_null};
+use crate::duration::{show, show_bytes};
 use crate::error::Error;
-pub use grpc::{GrpcPlan, GrpcReceiver};
-pub use http::{HttpPlan, HttpReceiver};
+use crate::forward::TraceForwarder;
+use crate::net::ConnLimits;
+use crate::self_metrics::{Listener, SelfMetrics, Transport};
+use crate::tls::{TlsListener, TlsServerSettings};
+pub use grpc::GrpcReceiver;
+pub use http::HttpReceiver;
 
 /// The default `max_connections_per_peer` of both receivers (or their
 /// `max_connections` when that is lower): an eighth of the default `max_connections`,
@@ -101,10 +113,10 @@ impl OtlpReceiver {
         }
         let mut plans = Vec::new();
         if let Some(g) = &p.grpc {
-            plans.push(ReceiverPlan::Grpc(g.plan(id, env)?));
+            plans.push(g.plan(id, env)?);
         }
         if let Some(h) = &p.http {
-            plans.push(ReceiverPlan::Http(h.plan(id, env)?));
+            plans.push(h.plan(id, env)?);
         }
         Ok(plans)
     }
@@ -162,64 +174,133 @@ fn authenticator(
     Ok(Some(cfg.clone()))
 }
 
-/// How a listener is secured, for `--check-config`.
-fn security(
-    what: &str,
-    id: &ComponentId,
-    tls: &Option<crate::tls::TlsServerSettings>,
-    auth: bool,
-) -> String {
-    format!(
-        "{what} {id}: {}{}",
-        crate::tls::describe(tls),
-        if auth { ", bearer token required" } else { "" }
-    )
+/// A checked listener of a receiver: OTLP/gRPC or OTLP/HTTP.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceiverPlan {
+    pub(crate) id: ComponentId,
+    pub(crate) transport: Transport,
+    pub(crate) addr: SocketAddr,
+    /// The largest message (gRPC) or body (HTTP), bytes.
+    pub(crate) max_size: usize,
+    pub(crate) limits: ConnLimits,
+    pub(crate) read_timeout: Duration,
+    pub(crate) tls: Option<TlsServerSettings>,
+    pub(crate) auth: Option<BearerTokenAuthConfig>,
 }
 
-/// A checked listener of a receiver.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ReceiverPlan {
-    /// OTLP/gRPC.
-    Grpc(GrpcPlan),
-    /// OTLP/HTTP.
-    Http(HttpPlan),
+/// A listener bound, with everything it serves with.
+pub(crate) struct Bound {
+    /// Its key (`receivers.otlp.protocols.grpc`), for the logs.
+    pub(crate) key: String,
+    pub(crate) listener: TcpListener,
+    pub(crate) max_size: usize,
+    pub(crate) limits: ConnLimits,
+    pub(crate) read_timeout: Duration,
+    pub(crate) tls: Option<Arc<TlsListener>>,
+    pub(crate) auth: Option<Arc<BearerAuth>>,
+    pub(crate) traces: Option<Arc<TraceForwarder>>,
+    pub(crate) aggregator: Arc<Aggregator>,
+    pub(crate) stats: Arc<SelfMetrics>,
 }
 
 impl ReceiverPlan {
+    /// Its transport.
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    /// Where it listens (as configured: port 0 picks one at start).
+    pub fn address(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The largest message (gRPC) or body (HTTP) it takes, bytes.
+    pub fn max_size(&self) -> usize {
+        self.max_size
+    }
+
+    fn key(&self) -> String {
+        format!(
+            "receivers.{}.protocols.{}",
+            self.id,
+            self.transport.as_str()
+        )
+    }
+
+    fn listener(&self) -> Listener {
+        match self.transport {
+            Transport::Grpc => Listener::Grpc,
+            Transport::Http => Listener::Http,
+        }
+    }
+
     /// The listener in a pipeline line (`otlp grpc 127.0.0.1:4317`).
     pub(crate) fn describe(&self) -> String {
-        match self {
-            ReceiverPlan::Grpc(p) => format!("{} grpc {}", p.id, p.addr),
-            ReceiverPlan::Http(p) => format!("{} http {}", p.id, p.addr),
-        }
+        format!("{} {} {}", self.id, self.transport.as_str(), self.addr)
     }
 
     /// Its line under `receivers:` in `--check-config`.
     pub(crate) fn summary(&self) -> String {
-        match self {
-            ReceiverPlan::Grpc(p) => p.summary(),
-            ReceiverPlan::Http(p) => p.summary(),
+        let (id, addr, max) = (&self.id, self.addr, self.limits.max);
+        let size = show_bytes(self.max_size);
+        match self.transport {
+            Transport::Grpc => format!(
+                "  {id} grpc on {addr}: messages up to {size}, at most {max} connections, a request times out after {}",
+                show(self.read_timeout)
+            ),
+            Transport::Http => format!(
+                "  {id} http on {addr}: bodies up to {size}, at most {max} connections, headers within {}, a body within {}",
+                show(self.limits.opening),
+                show(self.read_timeout)
+            ),
         }
     }
 
     /// How it is secured, for `--check-config`.
     pub(crate) fn security(&self) -> String {
-        match self {
-            ReceiverPlan::Grpc(p) => {
-                security("OTLP/gRPC receiver", &p.id, &p.tls, p.auth.is_some())
+        format!(
+            "{} {}: {}{}",
+            self.listener().role(),
+            self.id,
+            crate::tls::describe(&self.tls),
+            if self.auth.is_some() {
+                ", bearer token required"
+            } else {
+                ""
             }
-            ReceiverPlan::Http(p) => {
-                security("OTLP/HTTP receiver", &p.id, &p.tls, p.auth.is_some())
-            }
-        }
+        )
     }
 
-    /// Binds it and readies it to run.
+    /// Reads its TLS files and token, takes its port, and readies it to serve.
     pub(crate) async fn start(self, ctx: &Context) -> Result<Started, Error> {
-        match self {
-            ReceiverPlan::Grpc(p) => p.start(ctx).await,
-            ReceiverPlan::Http(p) => p.start(ctx).await,
-        }
+        let key = self.key();
+        let (listener, addr, tls) =
+            crate::component::listen(ctx, self.listener(), &key, self.addr, &self.tls).await?;
+        let auth = self
+            .auth
+            .as_ref()
+            .map(|a| BearerAuth::start(a, ctx.stopped.clone()))
+            .transpose()?;
+        let bound = Bound {
+            key,
+            listener,
+            max_size: self.max_size,
+            limits: self.limits,
+            read_timeout: self.read_timeout,
+            tls,
+            auth,
+            traces: ctx.traces.clone(),
+            aggregator: ctx.aggregator.clone(),
+            stats: ctx.stats.clone(),
+        };
+        let stop = ctx.stop.clone();
+        Ok(Started {
+            address: Some((self.listener(), addr)),
+            run: match self.transport {
+                Transport::Grpc => grpc::serve(bound, stop).boxed(),
+                Transport::Http => http::serve(bound, stop).boxed(),
+            },
+        })
     }
 }
 
