@@ -317,3 +317,16 @@ fn deep_and_expanding_yaml() {
     }
     check_config(laughs.as_bytes(), &tally).expect("alias expansion");
 }
+
+/// Found by this target: a key named "" at the top level gave a config error whose
+/// path was empty (`config error at ``: unknown field ```).
+#[test]
+fn regression_empty_top_level_key_names_a_path() {
+    let tally = Tally::default();
+    for text in ["{'': 1}", "'': x\n", "\"\": {a: 1}"] {
+        let err = Config::from_yaml(text).expect_err("an unknown key");
+        check_error(&err).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert!(err.to_string().contains("(top level)"), "{text:?}: {err}");
+        check_config(text.as_bytes(), &tally).expect(text);
+    }
+}
