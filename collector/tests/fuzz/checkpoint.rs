@@ -727,3 +727,84 @@ fn write_state_corpus() {
     let (bytes, _) = valid_state(&one_model());
     std::fs::write(crate::harness::corpus_dir().join("fleet-v1.state"), bytes).expect("write");
 }
+
+/// Found by `checkpoint`: a state file (valid header, hand-made or damaged payload)
+/// with values ingest never keeps was restored as it was: a NaN or negative counter
+/// was served, and a histogram bound NaN never equals itself, so after the next
+/// checkpoint and restart the series could not rejoin its fleet entry and was left
+/// out. Such a file is now refused whole: set aside, a baseline start.
+#[test]
+fn regression_values_ingest_refuses_are_refused_in_a_checkpoint() {
+    let model = one_model();
+    let (valid, _) = valid_state(&model);
+    let payload = StateFile::decode(&valid[HEADER..]).expect("the payload");
+    type Damage = fn(&mut StateFile);
+    let cases: [(&str, Damage); 7] = [
+        ("NaN bound", |s| {
+            let h = s
+                .fleet
+                .iter_mut()
+                .find_map(|f| f.hist.as_mut())
+                .expect("a histogram");
+            h.bounds[0] = f64::NAN;
+        }),
+        ("infinite bound", |s| {
+            let h = s
+                .fleet
+                .iter_mut()
+                .find_map(|f| f.hist.as_mut())
+                .expect("a histogram");
+            h.bounds[0] = f64::NEG_INFINITY;
+        }),
+        ("bounds not increasing", |s| {
+            let h = s
+                .fleet
+                .iter_mut()
+                .find_map(|f| f.hist.as_mut())
+                .expect("a histogram");
+            h.bounds.swap(0, 1);
+        }),
+        ("NaN fleet counter", |s| {
+            let f = s
+                .fleet
+                .iter_mut()
+                .find(|f| f.hist.is_none())
+                .expect("a counter");
+            f.counter = f64::NAN;
+        }),
+        ("negative fleet counter", |s| {
+            let f = s
+                .fleet
+                .iter_mut()
+                .find(|f| f.hist.is_none())
+                .expect("a counter");
+            f.counter = -1.0;
+        }),
+        ("NaN series value", |s| {
+            let x = s
+                .series
+                .iter_mut()
+                .find(|x| x.hist.is_none())
+                .expect("a series");
+            x.value = f64::NAN;
+        }),
+        ("infinite series value", |s| {
+            let x = s
+                .series
+                .iter_mut()
+                .find(|x| x.hist.is_none())
+                .expect("a series");
+            x.value = f64::INFINITY;
+        }),
+    ];
+    for (what, damage) in cases {
+        let mut p = payload.clone();
+        damage(&mut p);
+        expect_baseline_start(
+            &with_header(1, &p.encode_to_vec()),
+            &model,
+            "the state does not decode",
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+}
