@@ -168,12 +168,29 @@ fn bumped(
     r
 }
 
-fn state_dir(bytes: &[u8]) -> PathBuf {
+/// A temporary storage directory holding one state file; removed on drop, a failed
+/// case's too.
+struct StateDir(PathBuf);
+
+impl std::ops::Deref for StateDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn state_dir(bytes: &[u8]) -> StateDir {
     let dir = temp_dir("fuzz-state");
     std::fs::File::create(dir.join(STATE_FILE))
         .and_then(|mut f| f.write_all(bytes))
         .expect("write the state file");
-    dir
+    StateDir(dir)
 }
 
 fn set_aside(dir: &Path) -> usize {
@@ -216,7 +233,6 @@ fn expect_baseline_start(bytes: &[u8], model: &Model, why: &str) -> Result<(), T
     }
     prop_assert_eq!(fz(c.aggregator(), View::Fleet), fz(&fresh, View::Fleet));
     c.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
@@ -248,7 +264,6 @@ fn checkpoint_valid_restores_exactly() {
     }
     assert_eq!(fz(c.aggregator(), View::Fleet), fz(&from, View::Fleet));
     c.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A version-1 file written by an earlier build (in the corpus) still restores.
@@ -264,7 +279,6 @@ fn checkpoint_corpus_files_restore() {
         );
         assert!(!fz(c.aggregator(), View::Fleet).is_empty(), "{name}");
         c.shutdown();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -679,7 +693,6 @@ fn check_state(bytes: &[u8], model: &Model, tally: &Tally) -> Result<(), TestCas
     prop_assert_eq!(fz(again.aggregator(), View::Fleet), fleet);
     prop_assert_eq!(fz(again.aggregator(), View::Sources), sources);
     again.shutdown();
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
