@@ -35,7 +35,8 @@ impl Config {
         };
         serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
-            let path = if path == "." {
+            // `.`: the document itself; empty: a key named "" at the top level.
+            let path = if path == "." || path.is_empty() {
                 "(top level)".to_owned()
             } else {
                 path

@@ -177,6 +177,13 @@ fn hist(h: &HistState) -> Result<Hist, CheckpointError> {
             "a histogram's bucket counts do not match its bounds".into(),
         ));
     }
+    // What ingest refuses, no checkpoint holds (a NaN bound never equals itself: the
+    // series could not rejoin its fleet entry).
+    if h.bounds.windows(2).any(|w| w[0] >= w[1]) || h.bounds.iter().any(|b| !b.is_finite()) {
+        return Err(CheckpointError::Decode(
+            "a histogram's bounds are not finite and increasing".into(),
+        ));
+    }
     Ok(Hist {
         bounds: h.bounds.as_slice().into(),
         counts: h.counts.clone(),
@@ -509,7 +516,14 @@ impl Store {
             let labels = render_labels(&label_pairs);
             let value = match (&f.hist, self.metrics[metric as usize].kind) {
                 (Some(h), MetricKind::Histogram) => FleetValue::Histogram(hist(h)?),
-                (None, MetricKind::Counter) => FleetValue::Counter(f.counter),
+                // Never below 0 and never NaN (it may have overflowed to +inf).
+                (None, MetricKind::Counter) if f.counter >= 0.0 => FleetValue::Counter(f.counter),
+                (None, MetricKind::Counter) => {
+                    return Err(CheckpointError::Decode(format!(
+                        "a fleet counter is {}",
+                        f.counter
+                    )));
+                }
                 _ => {
                     count.left_out += 1;
                     continue;
@@ -574,6 +588,15 @@ impl Store {
                 })
                 .collect();
             let kind = self.metrics[metric as usize].kind;
+            // Ingest keeps only finite values, and counters not below 0.
+            if s.hist.is_none()
+                && (!s.value.is_finite() || (kind == MetricKind::Counter && s.value < 0.0))
+            {
+                return Err(CheckpointError::Decode(format!(
+                    "a series' value is {}",
+                    s.value
+                )));
+            }
             let value = match (kind, &s.hist) {
                 (MetricKind::Counter, None) => Value::Counter { value: s.value },
                 (MetricKind::Gauge, None) => Value::Gauge {

@@ -75,6 +75,10 @@ pub(crate) struct Kv<'a> {
 fn any_value(buf: &[u8]) -> Result<Val<'_>> {
     let mut r = Reader::new(buf);
     let mut val = Val::Empty;
+    // Whether an array or key-value list was seen: checked once, after the walk (a
+    // check per occurrence reads the whole value each time, quadratic in a value
+    // that repeats the field).
+    let mut complex = false;
     while let Some((field, wire)) = r.key()? {
         match field {
             1 => {
@@ -96,9 +100,7 @@ fn any_value(buf: &[u8]) -> Result<Val<'_>> {
             5 | 6 => {
                 expect(wire, LEN)?;
                 r.bytes()?;
-                if AnyValue::decode(buf).is_err() {
-                    return Err(DecodeError("malformed array or key-value list attribute"));
-                }
+                complex = true;
                 val = Val::Complex(buf);
             }
             7 => {
@@ -107,6 +109,9 @@ fn any_value(buf: &[u8]) -> Result<Val<'_>> {
             }
             _ => r.skip(wire)?,
         }
+    }
+    if complex && AnyValue::decode(buf).is_err() {
+        return Err(DecodeError("malformed array or key-value list attribute"));
     }
     Ok(val)
 }

@@ -108,8 +108,10 @@ impl<'a> BatchBuilder<'a> {
                 if let Some((k, v)) = view_label {
                     base.push((k.to_owned(), v.to_owned()));
                 }
+                // An empty value is no label (Prometheus' rule; `series` drops it), so
+                // the external label is added over it, as Prometheus does.
                 for (k, v) in self.extra.external {
-                    if !base.iter().any(|(name, _)| name == k) {
+                    if !base.iter().any(|(name, v)| name == k && !v.is_empty()) {
                         base.push((k.clone(), v.clone()));
                     }
                 }
