@@ -78,6 +78,8 @@
 //! Supported Rust version: 1.89 or newer.
 
 mod error;
+mod events;
+mod health;
 mod instruments;
 mod meter;
 mod readings;
