@@ -419,11 +419,66 @@ const LEFT_OUT: &[&str] = &[
     "hw.gpu.profiling",
 ];
 
+/// A log sink for `tracing_subscriber::fmt`.
+#[derive(Clone, Default)]
+struct Log(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 fn not_supported() {
     let pipeline = Pipeline::new();
-    let meter = start(&pipeline, Variant::Complete);
-    // A second sample, so GPM has a pair of samples to compare.
-    meter.sample_now();
+    let log = Log::default();
+    let sink = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || sink.clone())
+        .with_ansi(false)
+        .finish();
+    // Start and sample on this thread, under a subscriber of this thread only.
+    let meter = tracing::subscriber::with_default(subscriber, || {
+        let meter = start(&pipeline, Variant::Complete);
+        // More samples: GPM gets a pair to compare, and nothing is logged twice.
+        meter.sample_now();
+        meter.sample_now();
+        meter
+    });
+    let text = String::from_utf8_lossy(&log.0.lock().expect("the log")).into_owned();
+    let unsupported: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("does not support"))
+        .collect();
+    let distinct: std::collections::BTreeSet<&str> = unsupported.iter().copied().collect();
+    assert_eq!(distinct.len(), unsupported.len(), "logged twice:\n{text}");
+    for what in [
+        "hw.gpu.ecc.aggregate_errors",
+        "hw.gpu.memory.retired_pages",
+        "hw.gpu.memory.remapped_rows",
+        "hw.gpu.io",
+        "hw.gpu.nvlink",
+        "hw.gpu.profiling",
+        "hw.gpu.fan.speed",
+        "hw.gpu.memory.temperature",
+    ] {
+        assert_eq!(
+            unsupported.iter().filter(|l| l.contains(what)).count(),
+            1,
+            "{what} not logged once:\n{text}"
+        );
+    }
+    assert!(
+        unsupported.iter().all(|l| l.contains("GPU 1 ")),
+        "only GPU 1 lacks readings:\n{text}"
+    );
     let points = pipeline.collect();
     let (gpu0, gpu1) = (fake_uuid(0), fake_uuid(1));
     for name in LEFT_OUT {
