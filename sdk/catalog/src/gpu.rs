@@ -14,7 +14,7 @@
 //! compatibility rules make it, so the name is the same in text and OpenMetrics
 //! exposition. The collector maps the dotted names to these (`find_instrument`). The
 //! SDK's in-process Prometheus endpoint adds no suffix to any name (the activity and
-//! engine names carry theirs already), so there the four GPU counters appear without
+//! engine names carry theirs already), so there the GPU counters appear without
 //! `_total`; scrape the collector for the catalog names.
 //!
 //! # Labels
@@ -359,6 +359,8 @@ pub const HW_GPU_MEMORY_REMAPPED_ROWS_FAILURE: Family = Family {
 /// newer; DCGM's `DCGM_FI_PROF_PCIE_TX_BYTES` / `DCGM_FI_PROF_PCIE_RX_BYTES`).
 ///
 /// Labels: the device labels and `network.io.direction`: `transmit` or `receive`.
+/// NVML says these counters can wrap; a wrap reads as a counter reset, which `rate()`
+/// and the collector handle.
 pub const HW_GPU_IO: Family = Family {
     name: "hw_gpu_io_total",
     kind: Kind::Counter,

@@ -445,7 +445,7 @@ fn not_supported() {
         .with_ansi(false)
         .finish();
     // Start and sample on this thread, under a subscriber of this thread only.
-    let meter = tracing::subscriber::with_default(subscriber, || {
+    let _meter = tracing::subscriber::with_default(subscriber, || {
         let meter = start(&pipeline, Variant::Complete);
         // More samples: GPM gets a pair to compare, and nothing is logged twice.
         meter.sample_now();

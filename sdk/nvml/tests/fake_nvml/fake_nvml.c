@@ -441,16 +441,38 @@ typedef struct {
 #define VALUE_TYPE_UNSIGNED_LONG_LONG 3
 #define VALUE_TYPE_SIGNED_LONG_LONG 4
 
-static nvmlReturn_t field(unsigned int index, unsigned int id, unsigned int scope,
-                          unsigned long long *out) {
-    unsigned int links = (unsigned int)value("NVLINKS", index, 0);
+/* The NVLink variables of one device, read once per nvmlDeviceGetFieldValues call (a
+ * call asks for 6 fields per link: reading the environment for each would make the fake,
+ * not the meter, what the tick benchmark measures). */
+struct nvlink_env {
+    int unsupported;
+    unsigned int links;
+    unsigned long long tx, rx, replay, recovery, crc;
+    long long down; /* -1: none */
+};
+
+static void read_nvlink_env(unsigned int index, struct nvlink_env *e) {
+    const char *down = lookup("NVLINK_DOWN", index);
+    e->unsupported = unsupported(index, "nvlink");
+    e->links = (unsigned int)value("NVLINKS", index, 0);
+    e->tx = value("NVLINK_TX_KIB", index, 1000);
+    e->rx = value("NVLINK_RX_KIB", index, 2000);
+    e->replay = value("NVLINK_REPLAY", index, 0);
+    e->recovery = value("NVLINK_RECOVERY", index, 0);
+    e->crc = value("NVLINK_CRC", index, 0);
+    e->down = down ? (long long)strtoul(down, NULL, 0) : -1;
+}
+
+static nvmlReturn_t field(unsigned int index, const struct nvlink_env *nv, unsigned int id,
+                          unsigned int scope, unsigned long long *out) {
+    unsigned int links = nv->links;
     switch (id) {
     case 82: /* NVML_FI_DEV_MEMORY_TEMP */
         if (unsupported(index, "mem_temp")) return NVML_ERROR_NOT_SUPPORTED;
         *out = value("MEM_TEMP", index, 50 + index);
         return NVML_SUCCESS;
     case 91: /* NVML_FI_DEV_NVLINK_LINK_COUNT */
-        if (unsupported(index, "nvlink")) return NVML_ERROR_NOT_SUPPORTED;
+        if (nv->unsupported) return NVML_ERROR_NOT_SUPPORTED;
         *out = links;
         return NVML_SUCCESS;
     case 197: /* NVML_FI_DEV_PCIE_COUNT_TX_BYTES */
@@ -480,18 +502,15 @@ static nvmlReturn_t field(unsigned int index, unsigned int id, unsigned int scop
     case 162: /* NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY */
     case 163: /* NVML_FI_DEV_NVLINK_ERROR_DL_CRC */
     case 165: /* NVML_FI_DEV_NVLINK_GET_STATE */
-        if (unsupported(index, "nvlink")) return NVML_ERROR_NOT_SUPPORTED;
+        if (nv->unsupported) return NVML_ERROR_NOT_SUPPORTED;
         if (scope >= links) return NVML_ERROR_INVALID_ARGUMENT;
         switch (id) {
-        case 138: *out = value("NVLINK_TX_KIB", index, 1000) + scope; break;
-        case 139: *out = value("NVLINK_RX_KIB", index, 2000) + scope; break;
-        case 161: *out = value("NVLINK_REPLAY", index, 0); break;
-        case 162: *out = value("NVLINK_RECOVERY", index, 0); break;
-        case 163: *out = value("NVLINK_CRC", index, 0); break;
-        default: {
-            const char *down = lookup("NVLINK_DOWN", index);
-            *out = (down && strtoul(down, NULL, 0) == scope) ? 0 : 1;
-        }
+        case 138: *out = nv->tx + scope; break;
+        case 139: *out = nv->rx + scope; break;
+        case 161: *out = nv->replay; break;
+        case 162: *out = nv->recovery; break;
+        case 163: *out = nv->crc; break;
+        default: *out = nv->down == (long long)scope ? 0 : 1;
         }
         return NVML_SUCCESS;
     default:
@@ -502,9 +521,12 @@ static nvmlReturn_t field(unsigned int index, unsigned int id, unsigned int scop
 nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
     CHECK_DEVICE(device);
     if (count <= 0 || !values) return NVML_ERROR_INVALID_ARGUMENT;
+    struct nvlink_env nv;
+    read_nvlink_env(device->index, &nv);
     for (int i = 0; i < count; i++) {
         unsigned long long v = 0;
-        values[i].nvmlReturn = field(device->index, values[i].fieldId, values[i].scopeId, &v);
+        values[i].nvmlReturn =
+            field(device->index, &nv, values[i].fieldId, values[i].scopeId, &v);
         values[i].timestamp = 0;
         values[i].latencyUsec = 0;
         /* The memory temperature is signed in NVML; the rest unsigned. */
