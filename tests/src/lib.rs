@@ -167,6 +167,10 @@ pub struct SyntheticGpu {
     /// The share of each `io/load_batch` phase during which the GPU counts as active
     /// (asynchronous kernels still running), attributed to state `io`.
     pub active_share_of_load_batch: f64,
+    /// `hw.status`: the `hw.state` that is 1 (the others are 0).
+    pub health: &'static str,
+    /// `hw.gpu.xid.errors`: one XID of this code, if any.
+    pub xid: Option<u64>,
 }
 
 impl SyntheticGpu {
@@ -179,6 +183,9 @@ impl SyntheticGpu {
             power: 300.0 + r,
             temperature: 60.0 + r,
             active_share_of_load_batch: 0.5,
+            // Rank 1's GPU fell off the bus; rank 0's is healthy.
+            health: if rank == 1 { "failed" } else { "ok" },
+            xid: (rank == 1).then_some(79),
         }
     }
 

@@ -651,6 +651,32 @@ fn gpu_families_and_rules_against_real_prometheus() {
             assert_eq!(s.label("hw_id"), SyntheticGpu::device_id(rank), "{s:?}");
         }
     }
+    // GPU health families, per source with the rank: hw_status (a gauge kept per
+    // source) and the XID counter (rank 1 only, code 79).
+    let failed = format!("hw_status{{{SOURCES},hw_state=\"failed\"}}");
+    let want = BTreeMap::from([("0".to_owned(), 0.0), ("1".to_owned(), 1.0)]);
+    eventually(40, || {
+        let got = prom.by_label(&failed, "rank").map_err(|e| e.to_string())?;
+        (got == want)
+            .then_some(())
+            .ok_or(format!("{failed}: {got:?}, want {want:?}"))
+    });
+    let ok = format!("hw_status{{{SOURCES},hw_state=\"ok\"}}");
+    let want = BTreeMap::from([("0".to_owned(), 1.0), ("1".to_owned(), 0.0)]);
+    assert_eq!(prom.by_label(&ok, "rank").unwrap(), want, "{ok}");
+    let xid = format!("hw_gpu_xid_errors_total{{{SOURCES}}}");
+    let got = prom.query(&xid).unwrap();
+    assert_eq!(got.len(), 1, "{xid}: {got:?}");
+    assert_eq!(
+        (
+            got[0].label("rank"),
+            got[0].label("hw_gpu_xid_code"),
+            got[0].value
+        ),
+        ("1", "79", 1.0),
+        "{got:?}"
+    );
+    assert_eq!(got[0].label("hw_id"), SyntheticGpu::device_id(1));
     let truth = release_and_collect(&mut workers);
     let exited = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)

@@ -391,7 +391,7 @@ fn vmalert_runs_the_remote_write_rules_on_what_the_collector_writes_to_victoria_
             .collect::<Vec<_>>()
             .join("\n")
     };
-    check_rules_healthy(vmalert, 4);
+    check_rules_healthy(vmalert, 5);
     check_rules_on_remote_written_data(PromClient { addr: vm }, &feeder, &log);
     // vmalert's own list of firing alerts agrees.
     let (_, body) = http_get(vmalert, "/api/v1/alerts").unwrap();
@@ -424,7 +424,7 @@ fn prometheus_runs_the_remote_write_rules_on_what_the_collector_writes_to_it() {
     .unwrap();
     let collector = start_collector(&tmp.0, &format!("http://{}/api/v1/write", prom.addr));
     let feeder = Feeder::start(collector.http);
-    check_rules_healthy(prom.addr, 4);
+    check_rules_healthy(prom.addr, 5);
     check_rules_on_remote_written_data(prom.client(), &feeder, &|| prom.log());
     drop(feeder);
 }

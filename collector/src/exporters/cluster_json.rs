@@ -590,6 +590,26 @@ mod tests {
     }
 
     #[test]
+    fn gpu_utilization_is_the_kernels_not_the_video_engines() {
+        let agg = aggregator();
+        let mut req = push("0", &[("gpu", 1.0)], 3.0, &[0.5, 0.7]);
+        let metrics = &mut req.resource_metrics[0].scope_metrics[0].metrics;
+        if let Some(Data::Gauge(gauge)) = &mut metrics[2].data {
+            for (task, value) in [("general", 0.9), ("encoder", 0.0), ("decoder", 0.1)] {
+                gauge.data_points.push(point(
+                    value,
+                    vec![kv("hw.id", "GPU-2"), kv("hw.gpu.task", task)],
+                ));
+            }
+        }
+        agg.ingest(&req, Transport::Grpc);
+        let r = agg.cluster_reading();
+        // GPU-0 and GPU-1 (no task label) and GPU-2's general series: (0.5+0.7+0.9)/3.
+        assert_eq!(r.sources[0].gpu_devices, 3);
+        assert!((r.sources[0].gpu_utilization.unwrap() - 0.7).abs() < 1e-12);
+    }
+
+    #[test]
     fn reading_and_json_from_ingested_pushes() {
         let agg = aggregator();
         agg.ingest(

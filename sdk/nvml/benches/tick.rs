@@ -1,5 +1,7 @@
-//! CPU cost of one NVML sampling tick for 8 GPUs, against the fake `libnvidia-ml.so.1`
-//! (the real nvml-wrapper path: 8 handles, 11 NVML calls per GPU, the snapshot update),
+//! CPU cost of one NVML sampling tick for 8 GPUs with every reading on, against the fake
+//! `libnvidia-ml.so.1` (the real nvml-wrapper path: 8 handles; per GPU 24 NVML calls,
+//! one batched field-value call with 10 device fields and 6 per NVLink link for 18 links,
+//! and a GPM sample pair; the snapshot update; the XID thread registered and waiting),
 //! and of one export of the GPU instruments through an in-memory SDK pipeline.
 //!
 //! `cargo bench -p higgsmeter-nvml --bench tick`
@@ -43,6 +45,10 @@ fn main() {
         std::env::set_var("FAKE_NVML_DEVICE_COUNT", "8");
         std::env::set_var("FAKE_NVML_SELF_MEM", "1073741824");
         std::env::set_var("FAKE_NVML_OTHER_PROCS", "3");
+        // Everything on: an SXM board's 18 NVLink links, a fan, GPM (the fake's default),
+        // XID events (registered; none arrive).
+        std::env::set_var("FAKE_NVML_NVLINKS", "18");
+        std::env::set_var("FAKE_NVML_FANS", "1");
         std::env::remove_var("CUDA_VISIBLE_DEVICES");
     }
     let mut criterion = Criterion::default().configure_from_args();

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use opentelemetry::metrics::Meter;
 
 use crate::error::NvmlError;
+use crate::events::XidWatcher;
 use crate::instruments::{self, GpuInstruments};
 use crate::sampler::{DeviceInfo, MonotonicClock, Sampler, Shared, StateFn};
 use crate::source::NvmlSource;
@@ -176,6 +177,8 @@ impl NvmlMeterBuilder {
             }
         };
         let source = NvmlSource::open(&library, selection.as_deref())?;
+        let nvml = std::sync::Arc::clone(source.nvml());
+        let device_infos = source.device_infos();
         let mut sampler = Sampler::new(
             source,
             MonotonicClock,
@@ -191,6 +194,8 @@ impl NvmlMeterBuilder {
             .map(|d| GpuDevice::from(&d.info))
             .collect();
         let sampler = Arc::new(Mutex::new(sampler));
+        // XID events: a thread of their own, so the tick never waits on the event API.
+        let mut xid = XidWatcher::start(nvml, device_infos, Arc::clone(&shared));
 
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let (done_tx, done_rx) = mpsc::channel::<()>();
@@ -203,7 +208,12 @@ impl NvmlMeterBuilder {
                 drop(thread_sampler);
                 let _ = done_tx.send(());
             })
-            .map_err(NvmlError::Spawn)?;
+            .map_err(|e| {
+                if let Some(xid) = xid.take() {
+                    xid.stop(STOP_TIMEOUT);
+                }
+                NvmlError::Spawn(e)
+            })?;
         // Registered last: a meter that failed to start leaves no instruments behind.
         let instruments = instruments::register(meter, &shared);
         tracing::info!(
@@ -219,6 +229,7 @@ impl NvmlMeterBuilder {
             stop: Some(stop_tx),
             done: done_rx,
             thread: Some(thread),
+            xid,
             _instruments: instruments,
         })
     }
@@ -267,6 +278,7 @@ pub struct NvmlMeter {
     stop: Option<mpsc::Sender<()>>,
     done: mpsc::Receiver<()>,
     thread: Option<JoinHandle<()>>,
+    xid: Option<XidWatcher>,
     _instruments: GpuInstruments,
 }
 
@@ -327,6 +339,9 @@ impl Drop for NvmlMeter {
                 "the NVML sampler thread did not stop within 2 s (a driver call is hanging); \
                  leaving it behind"
             ),
+        }
+        if let Some(xid) = self.xid.take() {
+            xid.stop(STOP_TIMEOUT);
         }
     }
 }

@@ -8,6 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
+use crate::health::XidCounts;
 use crate::session::SessionCounters;
 
 /// The worker's current state, as the `state` label value (`idle`, `io`, `cpu`, `gpu`,
@@ -44,6 +45,73 @@ pub(crate) struct Readings {
     pub(crate) throttle: Option<u64>,
     /// Bytes of device memory used by this process.
     pub(crate) process_memory: Option<u64>,
+    /// Encoder utilisation, ratio 0..1.
+    pub(crate) encoder: Option<f64>,
+    /// Decoder utilisation, ratio 0..1.
+    pub(crate) decoder: Option<f64>,
+    /// Memory read/write utilisation, ratio 0..1.
+    pub(crate) memory_copy: Option<f64>,
+    /// Aggregate (lifetime) ECC errors: (corrected, uncorrected).
+    pub(crate) ecc_aggregate: Option<(u64, u64)>,
+    /// PCIe replay counter.
+    pub(crate) pcie_replay: Option<u64>,
+    /// Current PCIe link generation.
+    pub(crate) pcie_link_generation: Option<u32>,
+    /// Current PCIe link width, lanes.
+    pub(crate) pcie_link_width: Option<u32>,
+    /// Memory clock, hertz.
+    pub(crate) memory_clock: Option<f64>,
+    /// Enforced power limit, watts.
+    pub(crate) power_limit: Option<f64>,
+    /// Performance state, 0 (P0) to 15.
+    pub(crate) performance_state: Option<u32>,
+    /// First fan's speed, ratio 0..1.
+    pub(crate) fan_speed: Option<f64>,
+    /// Memory temperature, degrees Celsius.
+    pub(crate) memory_temperature: Option<i64>,
+    /// PCIe bytes since driver load: (transmitted, received).
+    pub(crate) pcie_bytes: Option<(u64, u64)>,
+    /// Retired pages: (multiple single-bit, double-bit).
+    pub(crate) retired_pages: Option<(u64, u64)>,
+    /// Whether a page retirement is pending.
+    pub(crate) retired_pages_pending: Option<bool>,
+    /// Remapped rows: (correctable, uncorrectable).
+    pub(crate) remapped_rows: Option<(u64, u64)>,
+    /// Whether a row remap is pending.
+    pub(crate) remap_pending: Option<bool>,
+    /// Whether a row remap failed.
+    pub(crate) remap_failure: Option<bool>,
+    /// One entry per NVLink link the GPU has (empty without NVLink).
+    pub(crate) nvlinks: Vec<NvLinkReading>,
+    /// GPM ratios 0..1, in `GPU_PROFILING_METRICS` order.
+    pub(crate) profiling: [Option<f64>; 5],
+    /// NVML said the GPU is lost (fallen off the bus) on this sample.
+    pub(crate) lost: bool,
+}
+
+impl Readings {
+    /// All-`None`, keeping the NVLink vector's allocation.
+    pub(crate) fn reset(&mut self) {
+        let mut nvlinks = std::mem::take(&mut self.nvlinks);
+        nvlinks.clear();
+        *self = Readings {
+            nvlinks,
+            ..Readings::default()
+        };
+    }
+}
+
+/// One NVLink link's readings.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct NvLinkReading {
+    /// Link number.
+    pub(crate) link: u32,
+    /// Whether the link is up.
+    pub(crate) up: Option<bool>,
+    /// Data bytes (transmitted, received).
+    pub(crate) bytes: Option<(u64, u64)>,
+    /// Errors in `GPU_NVLINK_ERROR_TYPES` order: CRC, replay, recovery.
+    pub(crate) errors: [Option<u64>; 3],
 }
 
 /// Identity of one metered device.
@@ -88,6 +156,8 @@ pub(crate) struct DeviceSnapshot {
     /// Readings of the last sample.
     pub(crate) readings: Readings,
     pub(crate) session: SessionCounters,
+    /// XID errors from the event thread.
+    pub(crate) xid: XidCounts,
 }
 
 /// What the observable instruments read: the last sample of every device.
@@ -138,6 +208,7 @@ impl<S: GpuSource, C: Clock> Sampler<S, C> {
                 info: info.clone(),
                 readings: Readings::default(),
                 session: SessionCounters::new(started),
+                xid: XidCounts::default(),
             })
             .collect();
         let shared = Arc::new(Shared {
@@ -167,7 +238,7 @@ impl<S: GpuSource, C: Clock> Sampler<S, C> {
     /// Takes one sample of every device and publishes it.
     pub(crate) fn tick(&mut self) {
         for (position, out) in self.scratch.iter_mut().enumerate() {
-            *out = Readings::default();
+            out.reset();
             self.source.read(position, out);
         }
         let state = self.current_state();

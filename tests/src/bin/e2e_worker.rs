@@ -9,7 +9,8 @@
 //! its workload for an instant (so every series exists before its time counts), stays
 //! in `startup` for `--prime-secs`, runs its cycle ([`higgsmeter_e2e::WORKLOADS`]) for
 //! `--steady-secs` (with a synthetic GPU: the NVML meter's instrument names and labels,
-//! fixed readings, busy during `gpu` phases and half of each `io/load_batch`), prints
+//! fixed readings, busy during `gpu` phases and half of each `io/load_batch`, a health
+//! status and, on rank 1, one XID 79), prints
 //! `HOLD` and holds one (state, operation) until a line arrives
 //! on stdin (or 60 s pass), then enters `shutdown`, writes its tracker's totals, the
 //! steps and the transfer bytes it recorded to the ground-truth file, flushes, exits.
@@ -21,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use higgsmeter::catalog::{
-    Family, HW_GPU_MEMORY_UTILIZATION, HW_GPU_SESSION_ACTIVE_TIME, HW_GPU_TEMPERATURE,
-    HW_GPU_UTILIZATION, HW_POWER, gpu_instrument_name,
+    Family, GPU_HEALTH_STATES, HW_GPU_MEMORY_UTILIZATION, HW_GPU_SESSION_ACTIVE_TIME,
+    HW_GPU_TEMPERATURE, HW_GPU_UTILIZATION, HW_GPU_XID_ERRORS, HW_POWER, HW_STATUS,
+    gpu_instrument_name,
 };
 use higgsmeter::{AppState, EngineRecorders, Protocol, Telemetry, state_tracker};
 use higgsmeter_e2e::{
@@ -109,6 +111,27 @@ impl Gpu {
                 .with_description(family.help)
                 .build()
                 .record(value, attrs);
+        }
+        // GPU health: hw.status (1 for the current hw.state) and an XID counter.
+        let status = meter
+            .u64_gauge(instrument_name(&HW_STATUS)?)
+            .with_unit(HW_STATUS.unit)
+            .with_description(HW_STATUS.help)
+            .build();
+        for state in GPU_HEALTH_STATES {
+            let mut attrs = labels.clone();
+            attrs.push(KeyValue::new("hw.state", *state));
+            status.record(u64::from(*state == readings.health), &attrs);
+        }
+        if let Some(code) = readings.xid {
+            let mut attrs = labels.clone();
+            attrs.push(KeyValue::new("hw.gpu.xid.code", code.to_string()));
+            meter
+                .u64_counter(instrument_name(&HW_GPU_XID_ERRORS)?)
+                .with_unit(HW_GPU_XID_ERRORS.unit)
+                .with_description(HW_GPU_XID_ERRORS.help)
+                .build()
+                .add(1, &attrs);
         }
         let active = meter
             .f64_counter(instrument_name(&HW_GPU_SESSION_ACTIVE_TIME)?)

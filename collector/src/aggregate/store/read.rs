@@ -467,7 +467,11 @@ pub(crate) fn cluster_read(store: &Store, now: u64) -> ClusterReading {
             (1, Value::Gauge { value, .. }) if value.is_finite() => {
                 entry.state_code = Some(*value as i64);
             }
-            (2, Value::Gauge { value, .. }) if value.is_finite() => {
+            // The kernels' utilisation only: the NVML meter also reports the encoder's
+            // and decoder's under hw.gpu.task (OTel hardware conventions).
+            (2, Value::Gauge { value, .. })
+                if value.is_finite() && s.attr("hw.gpu.task").is_none_or(|t| t == "general") =>
+            {
                 *gpu_sum += value;
                 entry.gpu_devices += 1;
             }

@@ -25,9 +25,49 @@
  *                                  default 1)
  *   FAKE_NVML_CALL_LOG             if set: a file nvmlDeviceGetUtilizationRates appends
  *                                  one line "<index>" to at every call
+ *   FAKE_NVML_ECC_AGG_CORRECTED    aggregate corrected ECC errors (default 0)
+ *   FAKE_NVML_ECC_AGG_UNCORRECTED  aggregate uncorrected ECC errors (default 0)
+ *   FAKE_NVML_ENC_UTIL             encoder utilisation, percent (default 0)
+ *   FAKE_NVML_DEC_UTIL             decoder utilisation, percent (default 0)
+ *   FAKE_NVML_MEM_CLOCK_MHZ        memory clock, MHz (default 2619)
+ *   FAKE_NVML_POWER_LIMIT_MW       enforced power limit, milliwatts (default 700000)
+ *   FAKE_NVML_PSTATE               performance state (default 0)
+ *   FAKE_NVML_FANS                 fans on the board (default 0)
+ *   FAKE_NVML_FAN_SPEED            fan speed, percent (default 30)
+ *   FAKE_NVML_PCIE_REPLAY          PCIe replay counter (default 0)
+ *   FAKE_NVML_PCIE_GEN             current PCIe link generation (default 5)
+ *   FAKE_NVML_PCIE_WIDTH           current PCIe link width (default 16)
+ *   Field values (nvmlDeviceGetFieldValues):
+ *   FAKE_NVML_MEM_TEMP             memory temperature, C (default 50 + index)
+ *   FAKE_NVML_PCIE_TX_BYTES        PCIe bytes transmitted (default 1000000)
+ *   FAKE_NVML_PCIE_RX_BYTES        PCIe bytes received (default 2000000)
+ *   FAKE_NVML_RETIRED_SBE          pages retired for multiple single-bit errors (default 0)
+ *   FAKE_NVML_RETIRED_DBE          pages retired for double-bit errors (default 0)
+ *   FAKE_NVML_RETIRED_PENDING      1 if a page retirement is pending (default 0)
+ *   FAKE_NVML_REMAP_COR            rows remapped for correctable errors (default 0)
+ *   FAKE_NVML_REMAP_UNC            rows remapped for uncorrectable errors (default 0)
+ *   FAKE_NVML_REMAP_PENDING        1 if a row remap is pending (default 0)
+ *   FAKE_NVML_REMAP_FAILURE        1 if a row remap failed (default 0)
+ *   FAKE_NVML_NVLINKS              NVLink links (default 0)
+ *   FAKE_NVML_NVLINK_DOWN          link number reported down (default none)
+ *   FAKE_NVML_NVLINK_TX_KIB        KiB sent per link (default 1000; link L adds L)
+ *   FAKE_NVML_NVLINK_RX_KIB        KiB received per link (default 2000; link L adds L)
+ *   FAKE_NVML_NVLINK_CRC           CRC errors per link (default 0; link L adds nothing)
+ *   FAKE_NVML_NVLINK_REPLAY        replays per link (default 0)
+ *   FAKE_NVML_NVLINK_RECOVERY      recoveries per link (default 0)
+ *   GPU performance monitoring (ratios in percent, for every sample pair):
+ *   FAKE_NVML_GPM_GRAPHICS / _SM / _OCCUPANCY / _TENSOR / _DRAM
+ *                                  (defaults 40, 35, 20, 10, 25)
+ *   XID events:
+ *   FAKE_NVML_XID_FILE             a file of lines "<gpu index> <xid>"; nvmlEventSetWait_v2
+ *                                  delivers each line once, in order, as a critical XID
+ *                                  event of that GPU (if it is registered in the set)
  *   FAKE_NVML_NOT_SUPPORTED        comma list of readings that return NOT_SUPPORTED:
  *                                  util, memory, temperature, power, energy, clock, ecc,
- *                                  throttle, processes
+ *                                  throttle, processes, ecc_aggregate, encoder, decoder,
+ *                                  mem_clock, power_limit, pstate, fan, pcie_replay,
+ *                                  pcie_link, mem_temp, pcie_bytes, retired_pages,
+ *                                  remapped_rows, nvlink, gpm, xid
  *
  * Built with -DFAKE_NO_SHUTDOWN it lacks nvmlShutdown (the variant nvml-wrapper's Drop
  * would panic on); with -DFAKE_NO_INIT it lacks nvmlInit_v2 (not an NVML at all).
@@ -36,6 +76,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <pthread.h>
+#include <time.h>
 
 typedef int nvmlReturn_t;
 #define NVML_SUCCESS 0
@@ -43,6 +85,7 @@ typedef int nvmlReturn_t;
 #define NVML_ERROR_INVALID_ARGUMENT 2
 #define NVML_ERROR_NOT_SUPPORTED 3
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
+#define NVML_ERROR_TIMEOUT 10
 #define NVML_ERROR_UNKNOWN 999
 
 #define MAX_DEVICES 64
@@ -232,6 +275,11 @@ nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned l
 
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, int type, unsigned int *clock) {
     CHECK_DEVICE(device);
+    if (type == 2) { /* NVML_CLOCK_MEM */
+        CHECK_SUPPORTED(device, "mem_clock");
+        *clock = (unsigned int)value("MEM_CLOCK_MHZ", device->index, 2619);
+        return NVML_SUCCESS;
+    }
     CHECK_SUPPORTED(device, "clock");
     if (type != 1) return NVML_ERROR_INVALID_ARGUMENT; /* NVML_CLOCK_SM */
     *clock = (unsigned int)value("SM_CLOCK_MHZ", device->index, 1980);
@@ -242,6 +290,13 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int
                                          unsigned long long *count) {
     CHECK_DEVICE(device);
     CHECK_SUPPORTED(device, "ecc");
+    if (counterType == 1) { /* NVML_AGGREGATE_ECC */
+        CHECK_SUPPORTED(device, "ecc_aggregate");
+        if (errorType == 0) *count = value("ECC_AGG_CORRECTED", device->index, 0);
+        else if (errorType == 1) *count = value("ECC_AGG_UNCORRECTED", device->index, 0);
+        else return NVML_ERROR_INVALID_ARGUMENT;
+        return NVML_SUCCESS;
+    }
     if (counterType != 0) return NVML_ERROR_INVALID_ARGUMENT; /* NVML_VOLATILE_ECC */
     if (errorType == 0) *count = value("ECC_CORRECTED", device->index, 0);
     else if (errorType == 1) *count = value("ECC_UNCORRECTED", device->index, 0);
@@ -284,4 +339,362 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
     }
     *count = i;
     return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    CHECK_DEVICE(device);
+    *index = device->index;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t engine_util(nvmlDevice_t device, const char *reading, const char *field,
+                                unsigned int *util, unsigned int *period) {
+    CHECK_DEVICE(device);
+    CHECK_SUPPORTED(device, reading);
+    *util = (unsigned int)value(field, device->index, 0);
+    *period = 167000;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *util,
+                                             unsigned int *period) {
+    return engine_util(device, "encoder", "ENC_UTIL", util, period);
+}
+
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *util,
+                                             unsigned int *period) {
+    return engine_util(device, "decoder", "DEC_UTIL", util, period);
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit) {
+    CHECK_DEVICE(device);
+    CHECK_SUPPORTED(device, "power_limit");
+    *limit = (unsigned int)value("POWER_LIMIT_MW", device->index, 700000);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, int *pstate) {
+    CHECK_DEVICE(device);
+    CHECK_SUPPORTED(device, "pstate");
+    *pstate = (int)value("PSTATE", device->index, 0);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNumFans(nvmlDevice_t device, unsigned int *fans) {
+    CHECK_DEVICE(device);
+    CHECK_SUPPORTED(device, "fan");
+    *fans = (unsigned int)value("FANS", device->index, 0);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t device, unsigned int fan, unsigned int *speed) {
+    CHECK_DEVICE(device);
+    CHECK_SUPPORTED(device, "fan");
+    if (fan >= value("FANS", device->index, 0)) return NVML_ERROR_NOT_SUPPORTED;
+    *speed = (unsigned int)value("FAN_SPEED", device->index, 30);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPcieReplayCounter(nvmlDevice_t device, unsigned int *count) {
+    CHECK_DEVICE(device);
+    CHECK_SUPPORTED(device, "pcie_replay");
+    *count = (unsigned int)value("PCIE_REPLAY", device->index, 0);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkGeneration(nvmlDevice_t device, unsigned int *gen) {
+    CHECK_DEVICE(device);
+    CHECK_SUPPORTED(device, "pcie_link");
+    *gen = (unsigned int)value("PCIE_GEN", device->index, 5);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrPcieLinkWidth(nvmlDevice_t device, unsigned int *width) {
+    CHECK_DEVICE(device);
+    CHECK_SUPPORTED(device, "pcie_link");
+    *width = (unsigned int)value("PCIE_WIDTH", device->index, 16);
+    return NVML_SUCCESS;
+}
+
+/* ---- field values (nvml.h nvmlFieldValue_t) ---- */
+
+typedef union {
+    double dVal;
+    int siVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;
+    long long latencyUsec;
+    int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+#define VALUE_TYPE_UNSIGNED_LONG_LONG 3
+#define VALUE_TYPE_SIGNED_LONG_LONG 4
+
+/* The NVLink variables of one device, read once per nvmlDeviceGetFieldValues call (a
+ * call asks for 6 fields per link: reading the environment for each would make the fake,
+ * not the meter, what the tick benchmark measures). */
+struct nvlink_env {
+    int unsupported;
+    unsigned int links;
+    unsigned long long tx, rx, replay, recovery, crc;
+    long long down; /* -1: none */
+};
+
+static void read_nvlink_env(unsigned int index, struct nvlink_env *e) {
+    const char *down = lookup("NVLINK_DOWN", index);
+    e->unsupported = unsupported(index, "nvlink");
+    e->links = (unsigned int)value("NVLINKS", index, 0);
+    e->tx = value("NVLINK_TX_KIB", index, 1000);
+    e->rx = value("NVLINK_RX_KIB", index, 2000);
+    e->replay = value("NVLINK_REPLAY", index, 0);
+    e->recovery = value("NVLINK_RECOVERY", index, 0);
+    e->crc = value("NVLINK_CRC", index, 0);
+    e->down = down ? (long long)strtoul(down, NULL, 0) : -1;
+}
+
+static nvmlReturn_t field(unsigned int index, const struct nvlink_env *nv, unsigned int id,
+                          unsigned int scope, unsigned long long *out) {
+    unsigned int links = nv->links;
+    switch (id) {
+    case 82: /* NVML_FI_DEV_MEMORY_TEMP */
+        if (unsupported(index, "mem_temp")) return NVML_ERROR_NOT_SUPPORTED;
+        *out = value("MEM_TEMP", index, 50 + index);
+        return NVML_SUCCESS;
+    case 91: /* NVML_FI_DEV_NVLINK_LINK_COUNT */
+        if (nv->unsupported) return NVML_ERROR_NOT_SUPPORTED;
+        *out = links;
+        return NVML_SUCCESS;
+    case 197: /* NVML_FI_DEV_PCIE_COUNT_TX_BYTES */
+    case 198: /* NVML_FI_DEV_PCIE_COUNT_RX_BYTES */
+        if (unsupported(index, "pcie_bytes")) return NVML_ERROR_NOT_SUPPORTED;
+        *out = id == 197 ? value("PCIE_TX_BYTES", index, 1000000)
+                         : value("PCIE_RX_BYTES", index, 2000000);
+        return NVML_SUCCESS;
+    case 29: /* NVML_FI_DEV_RETIRED_SBE */
+    case 30: /* NVML_FI_DEV_RETIRED_DBE */
+    case 31: /* NVML_FI_DEV_RETIRED_PENDING */
+        if (unsupported(index, "retired_pages")) return NVML_ERROR_NOT_SUPPORTED;
+        *out = value(id == 29 ? "RETIRED_SBE" : id == 30 ? "RETIRED_DBE" : "RETIRED_PENDING",
+                     index, 0);
+        return NVML_SUCCESS;
+    case 142: /* NVML_FI_DEV_REMAPPED_COR */
+    case 143: /* NVML_FI_DEV_REMAPPED_UNC */
+    case 144: /* NVML_FI_DEV_REMAPPED_PENDING */
+    case 145: /* NVML_FI_DEV_REMAPPED_FAILURE */
+        if (unsupported(index, "remapped_rows")) return NVML_ERROR_NOT_SUPPORTED;
+        *out = value(id == 142 ? "REMAP_COR" : id == 143 ? "REMAP_UNC"
+                     : id == 144 ? "REMAP_PENDING" : "REMAP_FAILURE", index, 0);
+        return NVML_SUCCESS;
+    case 138: /* NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, scope = link */
+    case 139: /* NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX */
+    case 161: /* NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY */
+    case 162: /* NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY */
+    case 163: /* NVML_FI_DEV_NVLINK_ERROR_DL_CRC */
+    case 165: /* NVML_FI_DEV_NVLINK_GET_STATE */
+        if (nv->unsupported) return NVML_ERROR_NOT_SUPPORTED;
+        if (scope >= links) return NVML_ERROR_INVALID_ARGUMENT;
+        switch (id) {
+        case 138: *out = nv->tx + scope; break;
+        case 139: *out = nv->rx + scope; break;
+        case 161: *out = nv->replay; break;
+        case 162: *out = nv->recovery; break;
+        case 163: *out = nv->crc; break;
+        default: *out = nv->down == (long long)scope ? 0 : 1;
+        }
+        return NVML_SUCCESS;
+    default:
+        return NVML_ERROR_NOT_SUPPORTED;
+    }
+}
+
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
+    CHECK_DEVICE(device);
+    if (count <= 0 || !values) return NVML_ERROR_INVALID_ARGUMENT;
+    struct nvlink_env nv;
+    read_nvlink_env(device->index, &nv);
+    for (int i = 0; i < count; i++) {
+        unsigned long long v = 0;
+        values[i].nvmlReturn =
+            field(device->index, &nv, values[i].fieldId, values[i].scopeId, &v);
+        values[i].timestamp = 0;
+        values[i].latencyUsec = 0;
+        /* The memory temperature is signed in NVML; the rest unsigned. */
+        values[i].valueType = values[i].fieldId == 82 ? VALUE_TYPE_SIGNED_LONG_LONG
+                                                      : VALUE_TYPE_UNSIGNED_LONG_LONG;
+        values[i].value.ullVal = v;
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- GPU performance monitoring ---- */
+
+typedef struct fake_gpm_sample { unsigned int index; } *nvmlGpmSample_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int isSupportedDevice;
+} nvmlGpmSupport_t;
+
+typedef struct {
+    unsigned int metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    struct { char *shortName; char *longName; char *unit; } metricInfo;
+} nvmlGpmMetric_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int numMetrics;
+    nvmlGpmSample_t sample1;
+    nvmlGpmSample_t sample2;
+    nvmlGpmMetric_t metrics[210];
+} nvmlGpmMetricsGet_t;
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *support) {
+    CHECK_DEVICE(device);
+    support->isSupportedDevice = unsupported(device->index, "gpm") ? 0 : 1;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    *sample = calloc(1, sizeof **sample);
+    return *sample ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    free(sample);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t sample) {
+    CHECK_DEVICE(device);
+    if (unsupported(device->index, "gpm")) return NVML_ERROR_NOT_SUPPORTED;
+    if (!sample) return NVML_ERROR_INVALID_ARGUMENT;
+    sample->index = device->index;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!request || !request->sample1 || !request->sample2 || request->numMetrics > 210)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int index = request->sample2->index;
+    for (unsigned int i = 0; i < request->numMetrics; i++) {
+        nvmlGpmMetric_t *m = &request->metrics[i];
+        m->nvmlReturn = NVML_SUCCESS;
+        m->metricInfo.shortName = m->metricInfo.longName = m->metricInfo.unit = NULL;
+        switch (m->metricId) {
+        case 1: m->value = (double)value("GPM_GRAPHICS", index, 40); break;
+        case 2: m->value = (double)value("GPM_SM", index, 35); break;
+        case 3: m->value = (double)value("GPM_OCCUPANCY", index, 20); break;
+        case 5: m->value = (double)value("GPM_TENSOR", index, 10); break;
+        case 10: m->value = (double)value("GPM_DRAM", index, 25); break;
+        default: m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED; m->value = 0;
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+/* ---- events (critical XID only) ---- */
+
+typedef struct fake_event_set { unsigned long long registered; } *nvmlEventSet_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+#define EVENT_XID 8ULL
+
+static pthread_mutex_t xid_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Lines of FAKE_NVML_XID_FILE already delivered (or skipped). */
+static unsigned long xid_consumed = 0;
+
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types) {
+    CHECK_DEVICE(device);
+    CHECK_SUPPORTED(device, "xid");
+    *types = EVENT_XID;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    *set = calloc(1, sizeof **set);
+    return *set ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+    free(set);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                      nvmlEventSet_t set) {
+    CHECK_DEVICE(device);
+    CHECK_SUPPORTED(device, "xid");
+    if (!set || types != EVENT_XID) return NVML_ERROR_INVALID_ARGUMENT;
+    set->registered |= 1ULL << device->index;
+    return NVML_SUCCESS;
+}
+
+/* The next undelivered line of the XID file for a registered device, if any. */
+static int next_xid(nvmlEventSet_t set, unsigned int *gpu, unsigned long long *xid) {
+    const char *path = getenv("FAKE_NVML_XID_FILE");
+    if (!path) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int found = 0;
+    unsigned long line = 0;
+    unsigned int g;
+    unsigned long long x;
+    pthread_mutex_lock(&xid_lock);
+    while (fscanf(f, "%u %llu", &g, &x) == 2) {
+        if (line++ < xid_consumed) continue;
+        xid_consumed = line;
+        if (g < MAX_DEVICES && (set->registered & (1ULL << g))) {
+            *gpu = g;
+            *xid = x;
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&xid_lock);
+    fclose(f);
+    return found;
+}
+
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms) {
+    if (!initialized) return NVML_ERROR_UNINITIALIZED;
+    if (!set || !data) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int waited = 0;; waited += 5) {
+        unsigned int gpu;
+        unsigned long long xid;
+        if (next_xid(set, &gpu, &xid)) {
+            devices[gpu].index = gpu;
+            data->device = &devices[gpu];
+            data->eventType = EVENT_XID;
+            data->eventData = xid;
+            data->gpuInstanceId = 0xFFFFFFFF;
+            data->computeInstanceId = 0xFFFFFFFF;
+            return NVML_SUCCESS;
+        }
+        if (waited >= timeoutms) return NVML_ERROR_TIMEOUT;
+        struct timespec step = {0, 5 * 1000 * 1000};
+        nanosleep(&step, NULL);
+    }
 }

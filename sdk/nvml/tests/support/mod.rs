@@ -279,3 +279,33 @@ pub fn value(points: &[Point], name: &str, uuid: &str) -> f64 {
 pub fn fake_uuid(index: u32) -> String {
     format!("GPU-fa4e0000-0000-4000-8000-{index:012}")
 }
+
+/// The points of one instrument for one GPU, keyed by the values of the labels `keys`
+/// joined with `/` (e.g. `"0/transmit"` for a link and a direction).
+pub fn by(points: &[Point], name: &str, uuid: &str, keys: &[&str]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for p in of(points, name, uuid) {
+        let key: Vec<&str> = keys
+            .iter()
+            .map(|k| p.attributes.get(*k).map_or("", String::as_str))
+            .collect();
+        let previous = out.insert(key.join("/"), p.value);
+        assert!(
+            previous.is_none(),
+            "{name} for {uuid}: two points for {key:?}"
+        );
+    }
+    out
+}
+
+/// `hw.gpu.utilization` with `hw.gpu.task="general"` for one GPU, if reported.
+pub fn general_utilization(points: &[Point], uuid: &str) -> Option<f64> {
+    by(points, "hw.gpu.utilization", uuid, &["hw.gpu.task"])
+        .get("general")
+        .copied()
+}
+
+/// A `BTreeMap<String, f64>` from literal pairs.
+pub fn map<const N: usize>(pairs: [(&str, f64); N]) -> BTreeMap<String, f64> {
+    pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+}
