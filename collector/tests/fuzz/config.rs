@@ -1,5 +1,6 @@
 //! The config loader: `Config::from_yaml`, then `Config::plan`.
 
+use higgsmeter_collector::config::{ExporterConfig, ReceiverConfig};
 use higgsmeter_collector::{Config, Error};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -178,7 +179,9 @@ fn offline(config: &mut Config) {
             *e = "not-an-address".into();
         }
     };
-    if let Some(otlp) = config.receivers.otlp.as_mut() {
+    // Every instance, named or not (`otlp/a`, `prometheus/b`).
+    for receiver in config.receivers.0.values_mut() {
+        let ReceiverConfig::Otlp(otlp) = receiver;
         if let Some(g) = otlp.protocols.grpc.as_mut() {
             fix(&mut g.endpoint);
         }
@@ -186,8 +189,10 @@ fn offline(config: &mut Config) {
             fix(&mut h.endpoint);
         }
     }
-    if let Some(p) = config.exporters.prometheus.as_mut() {
-        fix(&mut p.endpoint);
+    for exporter in config.exporters.0.values_mut() {
+        if let ExporterConfig::Prometheus(p) = exporter {
+            fix(&mut p.endpoint);
+        }
     }
 }
 
