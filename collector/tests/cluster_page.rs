@@ -282,6 +282,19 @@ fn run_chromium(url: &str, extra: &[&str]) -> Output {
             .spawn()
             .expect("start chromium"),
     );
+    // Drain both pipes while it runs: a DOM dump larger than a pipe's buffer (64 KiB)
+    // would otherwise block chromium on its write, and it would never exit.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = std::io::Read::read_to_end(&mut p, &mut out);
+            }
+            out
+        })
+    };
+    let stdout = drain(child.0.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.0.stderr.take().map(|p| Box::new(p) as _));
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if child.0.try_wait().unwrap().is_some() {
@@ -293,16 +306,10 @@ fn run_chromium(url: &str, extra: &[&str]) -> Output {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Exited: collect its output (the pipes are at EOF).
+    // Exited: its output (the pipes are at EOF).
     let Killed(c) = &mut child;
-    let mut stdout = Vec::new();
-    let mut stderr = Vec::new();
-    if let Some(mut o) = c.stdout.take() {
-        std::io::Read::read_to_end(&mut o, &mut stdout).unwrap();
-    }
-    if let Some(mut e) = c.stderr.take() {
-        std::io::Read::read_to_end(&mut e, &mut stderr).unwrap();
-    }
+    let stdout = stdout.join().unwrap();
+    let stderr = stderr.join().unwrap();
     let status = c.wait().unwrap();
     let _ = std::fs::remove_dir_all(&profile);
     Output {
