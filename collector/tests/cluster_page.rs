@@ -41,12 +41,41 @@ impl Drop for Killed {
     }
 }
 
-/// A source pushed by [`Pusher`]: its rank, the state it holds, its GPUs' utilisation.
+/// A source pushed by [`Pusher`]: its rank, the state it holds (or, with `flip`, the
+/// two states it alternates between every [`FLIP_S`] seconds), its GPUs' utilisation.
 #[derive(Clone)]
 struct Fake {
     rank: u32,
     state: higgsmeter::AppState,
+    flip: Option<higgsmeter::AppState>,
     gpus: Vec<f64>,
+}
+
+/// Seconds a flipping [`Fake`] spends in each of its two states in turn.
+const FLIP_S: f64 = 3.0;
+
+impl Fake {
+    /// The state now, and seconds per (state, operation) since the start, at `elapsed`.
+    fn at(
+        &self,
+        elapsed: f64,
+    ) -> (
+        higgsmeter::AppState,
+        Vec<(higgsmeter::AppState, &'static str, f64)>,
+    ) {
+        let Some(other) = self.flip else {
+            return (self.state, vec![(self.state, "hold", elapsed)]);
+        };
+        let full = (elapsed / (2.0 * FLIP_S)).floor();
+        let rest = elapsed - full * 2.0 * FLIP_S;
+        let first = full * FLIP_S + rest.min(FLIP_S);
+        let second = full * FLIP_S + (rest - FLIP_S).max(0.0);
+        let now = if rest < FLIP_S { self.state } else { other };
+        (
+            now,
+            vec![(self.state, "step", first), (other, "load", second)],
+        )
+    }
 }
 
 /// Sources that are no SDK workers: a plain OTLP/HTTP JSON client pushes all of them
@@ -74,19 +103,26 @@ fn otlp_json(fakes: &[Fake], start_nanos: u128, elapsed: Duration) -> serde_json
                         "timeUnixNano": now, "asDouble": u })
                 })
                 .collect();
+            let (state, seconds) = f.at(elapsed.as_secs_f64());
+            let points: Vec<_> = seconds
+                .iter()
+                .map(|(st, op, v)| {
+                    serde_json::json!({
+                        "attributes": [
+                            { "key": "state", "value": s(st.as_str()) },
+                            { "key": "operation", "value": s(op) } ],
+                        "startTimeUnixNano": start_nanos.to_string(),
+                        "timeUnixNano": now,
+                        "asDouble": v })
+                })
+                .collect();
             let activity = serde_json::json!({
                 "name": "worker_activity_time_seconds_total", "unit": "s",
-                "sum": { "aggregationTemporality": 2, "isMonotonic": true, "dataPoints": [{
-                    "attributes": [
-                        { "key": "state", "value": s(f.state.as_str()) },
-                        { "key": "operation", "value": s("hold") } ],
-                    "startTimeUnixNano": start_nanos.to_string(),
-                    "timeUnixNano": now,
-                    "asDouble": elapsed.as_secs_f64() }] } });
+                "sum": { "aggregationTemporality": 2, "isMonotonic": true, "dataPoints": points } });
             let current = serde_json::json!({
                 "name": "worker_current_state",
                 "gauge": { "dataPoints": [{
-                    "timeUnixNano": now, "asDouble": f64::from(f.state.code()) }] } });
+                    "timeUnixNano": now, "asDouble": f64::from(state.code()) }] } });
             let mut metrics = vec![activity, current];
             if !gpus.is_empty() {
                 metrics.push(serde_json::json!({
@@ -246,6 +282,19 @@ fn run_chromium(url: &str, extra: &[&str]) -> Output {
             .spawn()
             .expect("start chromium"),
     );
+    // Drain both pipes while it runs: a DOM dump larger than a pipe's buffer (64 KiB)
+    // would otherwise block chromium on its write, and it would never exit.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = std::io::Read::read_to_end(&mut p, &mut out);
+            }
+            out
+        })
+    };
+    let stdout = drain(child.0.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.0.stderr.take().map(|p| Box::new(p) as _));
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         if child.0.try_wait().unwrap().is_some() {
@@ -257,16 +306,10 @@ fn run_chromium(url: &str, extra: &[&str]) -> Output {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Exited: collect its output (the pipes are at EOF).
+    // Exited: its output (the pipes are at EOF).
     let Killed(c) = &mut child;
-    let mut stdout = Vec::new();
-    let mut stderr = Vec::new();
-    if let Some(mut o) = c.stdout.take() {
-        std::io::Read::read_to_end(&mut o, &mut stdout).unwrap();
-    }
-    if let Some(mut e) = c.stderr.take() {
-        std::io::Read::read_to_end(&mut e, &mut stderr).unwrap();
-    }
+    let stdout = stdout.join().unwrap();
+    let stderr = stderr.join().unwrap();
     let status = c.wait().unwrap();
     let _ = std::fs::remove_dir_all(&profile);
     Output {
@@ -414,6 +457,7 @@ fn cluster_page_in_a_headless_browser() {
     let fake = Fake {
         rank: GPU_RANK,
         state: higgsmeter::AppState::Gpu,
+        flip: None,
         gpus: GPU_READINGS.to_vec(),
     };
     let _gpu = Pusher::start(collector.http_url(), vec![fake]);
@@ -609,6 +653,7 @@ fn sixty_four_ranks_fit_on_one_screen() {
         .map(|rank| Fake {
             rank,
             state: states[rank as usize % states.len()],
+            flip: None,
             gpus: if rank % 2 == 0 {
                 vec![f64::from(rank % 10) / 10.0]
             } else {
@@ -660,4 +705,292 @@ fn sixty_four_ranks_fit_on_one_screen() {
         shot.display()
     );
     println!("cluster page screenshot (64 ranks): {}", shot.display());
+}
+
+/// The page's colour for each state (`HEX` in `collector/assets/cluster.html`).
+const STATE_COLOURS: [(&str, &str); 9] = [
+    ("gpu", "#2e9e4f"),
+    ("io", "#2f6fdb"),
+    ("cpu", "#f08c1a"),
+    ("idle", "#b9c0cb"),
+    ("warmup", "#8e5cd9"),
+    ("startup", "#8a6a4f"),
+    ("shutdown", "#d64545"),
+    ("silent", "#e3e6eb"),
+    ("unknown", "#9aa1ad"),
+];
+
+fn timeline(collector: &CollectorProcess, window_s: u32) -> serde_json::Value {
+    serde_json::from_str(&collector.scrape(&format!("/api/cluster/timeline?window={window_s}")))
+        .unwrap()
+}
+
+fn timeline_lane(doc: &serde_json::Value, rank: u32) -> Option<&serde_json::Value> {
+    doc["lanes"]
+        .as_array()?
+        .iter()
+        .find(|l| l["rank"] == rank.to_string().as_str())
+}
+
+/// The state timeline: two ranks that alternate gpu and io every 3 s, and a third that
+/// holds io (operation `hold`) with an idle GPU: a known stall, and a straggler.
+#[test]
+fn state_timeline_in_a_headless_browser() {
+    chromium();
+    let collector = CollectorProcess::start(None, &[]);
+    let gpu = higgsmeter::AppState::Gpu;
+    let io = higgsmeter::AppState::Io;
+    let fakes = vec![
+        Fake {
+            rank: 0,
+            state: gpu,
+            flip: Some(io),
+            gpus: vec![0.8],
+        },
+        Fake {
+            rank: 1,
+            state: gpu,
+            flip: Some(io),
+            gpus: vec![0.7, 0.9],
+        },
+        Fake {
+            rank: 2,
+            state: io,
+            flip: None,
+            gpus: vec![0.05],
+        },
+    ];
+    let _pusher = Pusher::start(collector.http_url(), fakes);
+
+    // The collector marks rank 2 stalled once it has held io for `stall_after_s` while
+    // its peers moved on; the JSON says so first.
+    wait_for_or(
+        Duration::from_secs(90),
+        || {
+            format!(
+                "rank 2 stalled in the timeline: {}",
+                timeline(&collector, 60)
+            )
+        },
+        || {
+            let doc = timeline(&collector, 60);
+            let ok = timeline_lane(&doc, 2).is_some_and(|l| l["stalled"] == true)
+                && [0, 1].iter().all(|r| {
+                    timeline_lane(&doc, *r).is_some_and(|l| {
+                        let states: BTreeSet<u64> = l["segments"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .filter_map(|s| s[1].as_u64())
+                            .collect();
+                        states.len() >= 2 && l["gpu"].as_array().unwrap().len() >= 2
+                    })
+                });
+            ok.then_some(())
+        },
+    );
+    let doc = timeline(&collector, 60);
+    assert_eq!(doc["window_s"], 60, "{doc}");
+    let stuck = timeline_lane(&doc, 2).unwrap();
+    assert_eq!(stuck["state"], "io", "{stuck}");
+    assert_eq!(stuck["operation"], "hold", "{stuck}");
+    assert_eq!(stuck["behind"], true, "{stuck}");
+    assert!(stuck["since_s"].as_f64().unwrap() >= doc["stall_after_s"].as_f64().unwrap());
+    for rank in [0, 1] {
+        let l = timeline_lane(&doc, rank).unwrap();
+        assert_eq!(l["stalled"], false, "{l}");
+        assert_eq!(l["behind"], false, "{l}");
+        assert_eq!(l["silent"], false, "{l}");
+    }
+
+    // The page, zoomed to the last minute.
+    let url = format!("http://{}/?window=60", collector.prometheus);
+    let html = dump_dom(&url, 5000);
+    let lanes = tags_with(&html, "class=\"lane");
+    let ranks: Vec<&str> = lanes.iter().map(|l| l["data-rank"].as_str()).collect();
+    assert_eq!(
+        ranks,
+        ["0", "1", "2"],
+        "one lane per rank, in rank order:\n{html}"
+    );
+    let by_rank: BTreeMap<&str, &BTreeMap<String, String>> =
+        lanes.iter().map(|l| (l["data-rank"].as_str(), l)).collect();
+    // The known stall, and the straggler, as the data says.
+    let two = by_rank["2"];
+    assert_eq!(two["data-stalled"], "true", "{two:?}");
+    assert_eq!(two["data-behind"], "true", "{two:?}");
+    assert_eq!(two["data-state"], "io", "{two:?}");
+    assert_eq!(two["data-operation"], "hold", "{two:?}");
+    assert!(two["class"].contains("stalled"), "{two:?}");
+    for rank in ["0", "1"] {
+        assert_eq!(
+            by_rank[rank]["data-stalled"], "false",
+            "{:?}",
+            by_rank[rank]
+        );
+        assert_eq!(by_rank[rank]["data-behind"], "false", "{:?}", by_rank[rank]);
+        let state = &by_rank[rank]["data-state"];
+        assert!(
+            state == "gpu" || state == "io",
+            "rank {rank} now in {state}"
+        );
+    }
+    assert_eq!(
+        html.matches("class=\"mark stalled\" title=").count(),
+        1,
+        "one lane is labelled stalled"
+    );
+    // Segments (a path per state and lane): coloured by their state; rank 2 only ever
+    // in io (its operation `hold` once known), ranks 0 and 1 in both gpu and io, with
+    // their operations.
+    let colour: BTreeMap<&str, &str> = STATE_COLOURS.into_iter().collect();
+    let mut drawn: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for seg in tags_with(&html, "class=\"seg\"") {
+        let state = &seg["data-state"];
+        assert_eq!(
+            seg["fill"],
+            colour[state.as_str()],
+            "{state} is drawn in its colour: {seg:?}"
+        );
+        assert!(seg["d"].starts_with('M'), "{seg:?}");
+        drawn
+            .entry(seg["data-rank"].clone())
+            .or_default()
+            .insert(state.clone());
+    }
+    assert_eq!(drawn["2"], BTreeSet::from(["io".to_owned()]), "{drawn:?}");
+    for rank in ["0", "1"] {
+        let want = BTreeSet::from(["gpu".to_owned(), "io".to_owned()]);
+        assert_eq!(drawn[rank], want, "rank {rank}: {drawn:?}");
+    }
+    let ops = |rank: &str| -> BTreeSet<&str> { by_rank[rank]["data-ops"].split('|').collect() };
+    assert!(ops("2").contains("io/hold"), "{:?}", ops("2"));
+    assert!(
+        ops("2").iter().all(|s| s.starts_with("io/")),
+        "{:?}",
+        ops("2")
+    );
+    for rank in ["0", "1"] {
+        let seen = ops(rank);
+        assert!(
+            seen.contains("gpu/step") && seen.contains("io/load"),
+            "rank {rank}: {seen:?}"
+        );
+    }
+    // A GPU line in every lane (each rank reports utilisation).
+    let lines = tags_with(&html, "class=\"gpuline\"");
+    let with_line: BTreeSet<&str> = lines.iter().map(|l| l["data-rank"].as_str()).collect();
+    assert_eq!(with_line, BTreeSet::from(["0", "1", "2"]), "{lines:?}");
+    // The full width of the window: the lanes' track takes most of 1280 px.
+    let section = tags_with(&html, "id=\"timeline\"")
+        .into_iter()
+        .next()
+        .unwrap();
+    assert_eq!(section["data-window"], "60", "{section:?}");
+    let width: u32 = section["data-track-width"].parse().unwrap();
+    assert!(
+        width >= 800,
+        "the timeline's track is {width} px wide in a 1280 px window"
+    );
+    // Zoom buttons up to an hour; the one in use is marked.
+    let zooms = tags_with(&html, "data-window=\"");
+    let windows: Vec<&str> = zooms
+        .iter()
+        .filter(|z| z.contains_key("title"))
+        .map(|z| z["data-window"].as_str())
+        .collect();
+    assert_eq!(windows, ["60", "300", "900", "1800", "3600"], "{zooms:?}");
+    assert!(
+        html.contains("class=\"on\" data-window=\"60\""),
+        "the 1m zoom is on"
+    );
+
+    let shot: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cluster_timeline.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = run_chromium(
+        &url,
+        &[
+            "--virtual-time-budget=3000",
+            "--window-size=1280,600",
+            &format!("--screenshot={}", shot.display()),
+        ],
+    );
+    assert!(
+        out.status.success() && is_png(&shot),
+        "no screenshot at {}",
+        shot.display()
+    );
+    println!("cluster timeline screenshot: {}", shot.display());
+}
+
+/// Writes `docs/cluster-page.png`, the README's picture: the demo (`demo`, four ranks)
+/// for two minutes, its page zoomed to the last two minutes. Run by hand:
+/// `cargo test -p higgsmeter-collector --test cluster_page -- --ignored --exact readme_screenshot_of_the_demo`.
+#[test]
+#[ignore = "writes docs/cluster-page.png for the README; takes two minutes"]
+fn readme_screenshot_of_the_demo() {
+    chromium();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let prometheus = format!("127.0.0.1:{port}");
+    let _demo = Killed(
+        Command::new(support::demo_bin())
+            .args(["--plain", "--duration", "200", "--ranks", "4"])
+            .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
+            .args(["--prometheus", &prometheus])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the demo"),
+    );
+    let client = reqwest::blocking::Client::new();
+    let lanes = || -> Option<serde_json::Value> {
+        let text = client
+            .get(format!(
+                "http://{prometheus}/api/cluster/timeline?window=120"
+            ))
+            .send()
+            .ok()?
+            .text()
+            .ok()?;
+        serde_json::from_str(&text).ok()
+    };
+    // Two minutes of history (covered_s is how much of the window a lane has).
+    wait_for_or(
+        Duration::from_secs(180),
+        || format!("two minutes of demo history: {:?}", lanes()),
+        || {
+            let doc = lanes()?;
+            let all = doc["lanes"].as_array()?;
+            (all.len() == 4 && all.iter().all(|l| l["covered_s"].as_f64() >= Some(115.0)))
+                .then_some(())
+        },
+    );
+    let shot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/cluster-page.png");
+    let _ = std::fs::remove_file(&shot);
+    let out = run_chromium(
+        &format!("http://{prometheus}/?window=120"),
+        &[
+            "--virtual-time-budget=3000",
+            "--window-size=1280,460",
+            "--hide-scrollbars",
+            &format!("--screenshot={}", shot.display()),
+        ],
+    );
+    assert!(
+        out.status.success() && is_png(&shot),
+        "no screenshot at {}",
+        shot.display()
+    );
+    let size = std::fs::metadata(&shot).unwrap().len();
+    assert!(
+        size < 200_000,
+        "{} is {size} bytes: keep it under 200 KB",
+        shot.display()
+    );
+    println!("README screenshot: {} ({size} bytes)", shot.display());
 }

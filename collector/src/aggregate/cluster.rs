@@ -23,6 +23,9 @@ pub(crate) struct SourceReading {
     pub(crate) state_code: Option<i64>,
     /// Seconds per state (summed over operations), in first-seen order.
     pub(crate) seconds_by_state: Vec<(String, f64)>,
+    /// Seconds per (state, operation), in first-seen order: the cluster timeline
+    /// (`exporters::cluster_timeline`) tells the operation of each second from their growth.
+    pub(crate) seconds_by_operation: Vec<(String, String, f64)>,
     /// Mean `hw.gpu.utilization` (ratio 0..1) over the source's devices, if any.
     pub(crate) gpu_utilization: Option<f64>,
     /// GPUs with a utilisation reading.

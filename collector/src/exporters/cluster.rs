@@ -1,19 +1,21 @@
 //! The cluster view on the Prometheus endpoint's port: `GET /` serves a self-contained
 //! page (HTML, inline CSS and JS, compiled into the binary) that redraws every second
 //! from `GET /api/cluster`, the JSON of every source's state, time shares, GPU
-//! utilisation and staleness (see `cluster_json`).
+//! utilisation and staleness (see `cluster_json`), and `GET /api/cluster/timeline`,
+//! every source's states over the last `window` seconds (see `cluster_timeline`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
 use super::cluster_json::{ClusterHistory, cluster_json};
+use super::cluster_timeline::{Timeline, timeline_json, window_from_query};
 use crate::aggregate::Aggregator;
 
 /// The page, embedded at build time.
@@ -22,10 +24,12 @@ const PAGE: &str = include_str!("../../assets/cluster.html");
 /// How often the history of every live source is sampled.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
-/// What the cluster handlers share: the aggregator and the per-source history.
+/// What the cluster handlers share: the aggregator, the per-source history of the
+/// last minute's shares, and the per-source state timeline.
 struct ClusterView {
     aggregator: Arc<Aggregator>,
     history: Mutex<ClusterHistory>,
+    timeline: Mutex<Timeline>,
 }
 
 impl ClusterView {
@@ -37,12 +41,30 @@ impl ClusterView {
         cluster_json(&reading, &history).to_string()
     }
 
+    /// The once-a-second sample: the last minute's history and the timeline.
     fn sample(&self) {
         let reading = self.aggregator.cluster_reading();
         self.history
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .record(&reading);
+        self.timeline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(&reading);
+    }
+
+    /// The timeline over the last `window_s` seconds, as JSON text.
+    fn timeline_json(&self, window_s: u64) -> String {
+        let reading = self.aggregator.cluster_reading();
+        let now_unix_s = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let doc = {
+            let timeline = self.timeline.lock().unwrap_or_else(PoisonError::into_inner);
+            timeline_json(&reading, &timeline, window_s, now_unix_s)
+        };
+        doc.to_string()
     }
 }
 
@@ -74,7 +96,22 @@ async fn api(State(view): State<Arc<ClusterView>>) -> Response {
         .into_response()
 }
 
-/// The routes `GET /` and `GET /api/cluster`, for merging into the Prometheus
+async fn timeline(State(view): State<Arc<ClusterView>>, uri: Uri) -> Response {
+    let window_s = window_from_query(uri.query());
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        view.timeline_json(window_s),
+    )
+        .into_response()
+}
+
+/// The routes `GET /`, `GET /api/cluster` and `GET /api/cluster/timeline`, for merging into the Prometheus
 /// endpoint's router; also starts sampling every live source once a second (so the
 /// last minute is known before anyone opens the page) until `cancel`.
 pub(crate) fn routes<S>(aggregator: Arc<Aggregator>, cancel: CancellationToken) -> Router<S>
@@ -84,6 +121,7 @@ where
     let view = Arc::new(ClusterView {
         aggregator,
         history: Mutex::new(ClusterHistory::default()),
+        timeline: Mutex::new(Timeline::default()),
     });
     let sampler = view.clone();
     tokio::spawn(async move {
@@ -99,5 +137,6 @@ where
     Router::new()
         .route("/", get(page))
         .route("/api/cluster", get(api))
+        .route("/api/cluster/timeline", get(timeline))
         .with_state(view)
 }

@@ -473,6 +473,7 @@ mod tests {
                 host_name: None,
                 state_code: Some(3),
                 seconds_by_state: pairs(seconds),
+                seconds_by_operation: Vec::new(),
                 gpu_utilization: None,
                 gpu_devices: 0,
                 since_seen: 0,
@@ -628,6 +629,10 @@ mod tests {
         let one = &r.sources[1];
         assert_eq!(one.state_code, Some(3));
         assert_eq!(one.seconds_by_state, pairs(&[("io", 2.0), ("gpu", 6.0)]));
+        let by_op = [("io", "op", 2.0), ("gpu", "op", 6.0)]
+            .map(|(s, o, v)| (s.to_owned(), o.to_owned(), v))
+            .to_vec();
+        assert_eq!(one.seconds_by_operation, by_op, "per (state, operation)");
         assert_eq!(one.gpu_devices, 2);
         assert!((one.gpu_utilization.unwrap() - 0.6).abs() < 1e-12);
         assert!(one.live);

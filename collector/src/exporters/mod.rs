@@ -9,6 +9,7 @@
 pub(crate) mod client;
 pub(crate) mod cluster;
 pub(crate) mod cluster_json;
+pub(crate) mod cluster_timeline;
 mod connect;
 pub(crate) mod exposition;
 mod format;

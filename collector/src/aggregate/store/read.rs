@@ -442,6 +442,7 @@ pub(crate) fn cluster_read(store: &Store, now: u64) -> ClusterReading {
             host_name: get("host.name"),
             state_code: None,
             seconds_by_state: Vec::new(),
+            seconds_by_operation: Vec::new(),
             gpu_utilization: None,
             gpu_devices: 0,
             since_seen: now.saturating_sub(src.last_seen()),
@@ -462,6 +463,19 @@ pub(crate) fn cluster_read(store: &Store, now: u64) -> ClusterReading {
                 match entry.seconds_by_state.iter_mut().find(|(k, _)| k == state) {
                     Some((_, v)) => *v += value,
                     None => entry.seconds_by_state.push((state.to_owned(), *value)),
+                }
+                let operation = s.attr("operation").unwrap_or("");
+                match entry
+                    .seconds_by_operation
+                    .iter_mut()
+                    .find(|(k, o, _)| k == state && o == operation)
+                {
+                    Some((_, _, v)) => *v += value,
+                    None => entry.seconds_by_operation.push((
+                        state.to_owned(),
+                        operation.to_owned(),
+                        *value,
+                    )),
                 }
             }
             (1, Value::Gauge { value, .. }) if value.is_finite() => {
