@@ -83,7 +83,7 @@ impl PrometheusPlan {
     /// Its line under `exporters:` in `--check-config`.
     pub(crate) fn summary(&self) -> String {
         format!(
-            "  {} on {}: /metrics (fleet){}, / and /api/cluster (cluster page)",
+            "  {} on {}: /metrics (fleet){}, /, /api/cluster and /api/cluster/timeline (cluster page)",
             self.id,
             self.addr,
             if self.sources_view {
