@@ -65,7 +65,6 @@ fn reader(s: &OtlpSettings) -> Result<PeriodicReader<MetricExporter>, Error> {
         .endpoint
         .clone()
         .unwrap_or_else(|| "the OTEL_EXPORTER_OTLP_* endpoint".to_owned());
-    let tls = s.https || s.tls.any();
     let refused = || {
         no_tls(
             "OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_CERTIFICATE",
@@ -84,7 +83,7 @@ fn reader(s: &OtlpSettings) -> Result<PeriodicReader<MetricExporter>, Error> {
             if let Some(t) = s.temporality {
                 b = b.with_temporality(t);
             }
-            if tls {
+            if s.tls_on {
                 b = tls::grpc(b, &s.tls, refused)?;
             }
             b.build()
@@ -102,7 +101,7 @@ fn reader(s: &OtlpSettings) -> Result<PeriodicReader<MetricExporter>, Error> {
             if let Some(t) = s.temporality {
                 b = b.with_temporality(t);
             }
-            if tls {
+            if s.tls_on {
                 b = tls::http(b, &s.tls, refused)?;
             }
             b.build()

@@ -155,15 +155,22 @@ impl Default for Requests {
 
 /// The OTLP metric push, resolved.
 #[derive(Debug, Clone)]
+#[cfg_attr(
+    not(feature = "otlp"),
+    allow(
+        dead_code,
+        reason = "read by the OTLP exporter; a build without it refuses an endpoint"
+    )
+)]
 pub(crate) struct OtlpSettings {
     /// The endpoint the builder set (`/v1/metrics` appended for HTTP); `None`: the
     /// OTLP exporter reads the variables itself.
     pub(crate) endpoint: Option<String>,
     pub(crate) protocol: Protocol,
     pub(crate) headers: HashMap<String, String>,
-    /// Whether the endpoint in effect is `https://`.
-    pub(crate) https: bool,
     pub(crate) tls: TlsFiles,
+    /// TLS is on: an `https://` endpoint, or a TLS file set.
+    pub(crate) tls_on: bool,
     pub(crate) interval: Duration,
     pub(crate) temporality: Option<Temporality>,
 }
@@ -299,12 +306,13 @@ impl Requests {
             .or_else(|| env(read, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"))
             .or_else(|| env(read, "OTEL_EXPORTER_OTLP_ENDPOINT"))
             .is_some_and(|e| e.trim().to_ascii_lowercase().starts_with("https://"));
+        let tls = self.otlp_tls.resolve(read, "METRICS");
         Ok(Some(OtlpSettings {
             endpoint,
             protocol,
             headers: self.otlp_headers.clone(),
-            https,
-            tls: self.otlp_tls.resolve(read, "METRICS"),
+            tls_on: https || tls.any(),
+            tls,
             interval,
             temporality,
         }))
@@ -497,7 +505,7 @@ mod tests {
         let otlp = r.resolve().unwrap().otlp.unwrap();
         assert_eq!(otlp.endpoint.as_deref(), Some("https://h:4318/v1/metrics"));
         assert_eq!(otlp.protocol, Protocol::HttpProtobuf);
-        assert!(otlp.https);
+        assert!(otlp.tls_on);
         assert_eq!(otlp.interval, Duration::from_secs_f64(STATUS_INTERVAL_S));
     }
 }

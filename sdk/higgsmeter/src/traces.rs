@@ -340,7 +340,7 @@ fn otlp_exporter(s: &TraceSettings) -> Result<opentelemetry_otlp::SpanExporter, 
             if !s.headers.is_empty() {
                 b = b.with_metadata(metadata(&s.headers)?);
             }
-            if s.https || s.tls.any() {
+            if s.tls_on {
                 b = tls::grpc(b, &s.tls, refused)?;
             }
             b.build()
@@ -355,7 +355,7 @@ fn otlp_exporter(s: &TraceSettings) -> Result<opentelemetry_otlp::SpanExporter, 
             if !s.headers.is_empty() {
                 b = b.with_headers(s.headers.clone());
             }
-            if s.https || s.tls.any() {
+            if s.tls_on {
                 b = tls::http(b, &s.tls, refused)?;
             }
             b.build()
@@ -492,8 +492,8 @@ mod tests {
         let settings = TraceSettings {
             endpoint: None,
             protocol: Protocol::Grpc,
-            https: false,
             tls: crate::settings::TlsFiles::default(),
+            tls_on: false,
             headers: HashMap::new(),
             sampler: Sampler::AlwaysOn,
             max_queue_size: Some(4),

@@ -44,11 +44,11 @@ pub(crate) struct TraceSettings {
     /// Where spans go; `None`: the OTLP exporter's own default and variables.
     pub(crate) endpoint: Option<String>,
     pub(crate) protocol: Protocol,
-    /// The endpoint in effect is `https://`.
-    pub(crate) https: bool,
     /// CA and client certificate files (the builder's, then the `_TRACES_` variables,
     /// then the shared ones).
     pub(crate) tls: TlsFiles,
+    /// TLS is on: an `https://` endpoint, or a TLS file set.
+    pub(crate) tls_on: bool,
     pub(crate) headers: HashMap<String, String>,
     pub(crate) sampler: Sampler,
     pub(crate) max_queue_size: Option<usize>,
@@ -92,7 +92,7 @@ pub(super) fn resolve(r: &Requests, read: bool) -> Result<Option<TraceSettings>,
     Ok(Some(TraceSettings {
         endpoint,
         protocol,
-        https,
+        tls_on: https || tls.any(),
         tls,
         headers: r.otlp_headers.clone(),
         sampler,

@@ -6,7 +6,7 @@ use crate::error::Error;
 
 /// Trace settings of a builder: none without the `traces` feature.
 #[derive(Debug, Default)]
-pub(crate) struct TraceRequests;
+pub(crate) struct TraceRequests {}
 
 /// Never made without the `traces` feature.
 #[derive(Debug, Clone)]
