@@ -503,4 +503,45 @@ mod tests {
         send_sync::<Telemetry>();
         send::<TelemetryBuilder>();
     }
+
+    fn quiet() -> TelemetryBuilder {
+        Telemetry::builder()
+            .with_tracker(Tracker::new())
+            .with_env(false)
+            .with_subscriber(false)
+            .with_global_meter_provider(false)
+            .with_gpu_meter(false)
+    }
+
+    #[test]
+    fn with_no_exporter_asked_for_only_the_meter_provider_runs() {
+        let telemetry = quiet().init().unwrap();
+        assert!(telemetry.meter_provider().is_some());
+        assert_eq!(telemetry.prometheus_addr(), None);
+        assert_eq!(telemetry.pipelines.len(), 1, "{telemetry:?}");
+        telemetry.force_flush();
+    }
+
+    #[test]
+    fn a_pipeline_this_build_lacks_is_a_clear_error() {
+        let addr = "127.0.0.1:0".parse().unwrap();
+        match quiet().with_prometheus_addr(addr).init() {
+            Ok(telemetry) => {
+                assert!(cfg!(feature = "prometheus"));
+                assert!(telemetry.prometheus_addr().is_some());
+                assert_eq!(telemetry.pipelines.len(), 2, "{telemetry:?}");
+            }
+            Err(e) => {
+                assert!(!cfg!(feature = "prometheus"), "{e}");
+                assert!(e.to_string().contains("`prometheus` feature"), "{e}");
+            }
+        }
+        match quiet().with_otlp_endpoint("http://127.0.0.1:9").init() {
+            Ok(telemetry) => assert!(cfg!(feature = "otlp"), "{telemetry:?}"),
+            Err(e) => {
+                assert!(!cfg!(feature = "otlp"), "{e}");
+                assert!(e.to_string().contains("`otlp` feature"), "{e}");
+            }
+        }
+    }
 }
