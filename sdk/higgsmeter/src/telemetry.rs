@@ -525,23 +525,19 @@ mod tests {
     #[test]
     fn a_pipeline_this_build_lacks_is_a_clear_error() {
         let addr = "127.0.0.1:0".parse().unwrap();
-        match quiet().with_prometheus_addr(addr).init() {
+        let prometheus = quiet().with_prometheus_addr(addr).init();
+        assert_eq!(prometheus.is_ok(), cfg!(feature = "prometheus"));
+        match prometheus {
             Ok(telemetry) => {
-                assert!(cfg!(feature = "prometheus"));
                 assert!(telemetry.prometheus_addr().is_some());
                 assert_eq!(telemetry.pipelines.len(), 2, "{telemetry:?}");
             }
-            Err(e) => {
-                assert!(!cfg!(feature = "prometheus"), "{e}");
-                assert!(e.to_string().contains("`prometheus` feature"), "{e}");
-            }
+            Err(e) => assert!(e.to_string().contains("`prometheus` feature"), "{e}"),
         }
-        match quiet().with_otlp_endpoint("http://127.0.0.1:9").init() {
-            Ok(telemetry) => assert!(cfg!(feature = "otlp"), "{telemetry:?}"),
-            Err(e) => {
-                assert!(!cfg!(feature = "otlp"), "{e}");
-                assert!(e.to_string().contains("`otlp` feature"), "{e}");
-            }
+        let otlp = quiet().with_otlp_endpoint("http://127.0.0.1:9").init();
+        assert_eq!(otlp.is_ok(), cfg!(feature = "otlp"));
+        if let Err(e) = otlp {
+            assert!(e.to_string().contains("`otlp` feature"), "{e}");
         }
     }
 }
