@@ -128,19 +128,46 @@ mod error;
 mod intern;
 mod layer;
 mod metrics;
-#[cfg(feature = "otlp")]
-mod otlp;
-#[cfg(feature = "prometheus")]
-mod prom;
 mod span;
 mod state;
+mod tracker;
+
+// The wiring (`sdk`): settings resolved once, then one module per pipeline. A disabled
+// pipeline's module is its stand-in under `off/`, which never starts anything.
+#[cfg(feature = "sdk")]
+mod meter;
+#[cfg(feature = "sdk")]
+mod pipeline;
+#[cfg(feature = "sdk")]
+mod settings;
 #[cfg(feature = "sdk")]
 mod subscriber;
 #[cfg(feature = "sdk")]
 mod telemetry;
-#[cfg(feature = "sdk")]
+
+#[cfg(feature = "otlp")]
+mod otlp;
+#[cfg(all(feature = "sdk", not(feature = "otlp")))]
+#[path = "off/otlp.rs"]
+mod otlp;
+
+#[cfg(feature = "prometheus")]
+mod prom;
+#[cfg(all(feature = "sdk", not(feature = "prometheus")))]
+#[path = "off/prom.rs"]
+mod prom;
+
+#[cfg(feature = "traces")]
 mod traces;
-mod tracker;
+#[cfg(all(feature = "sdk", not(feature = "traces")))]
+#[path = "off/traces.rs"]
+mod traces;
+
+#[cfg(feature = "nvml")]
+mod gpu;
+#[cfg(all(feature = "sdk", not(feature = "nvml")))]
+#[path = "off/gpu.rs"]
+mod gpu;
 
 pub use clock::{Clock, ManualClock};
 pub use engine::{
@@ -152,10 +179,12 @@ pub use error::Error;
 pub use intern::{MAX_OPERATIONS, OVERFLOW_OPERATION};
 pub use layer::ActivityLayer;
 pub use metrics::{ActivityInstruments, register_activity_instruments};
+#[cfg(feature = "sdk")]
+pub use settings::Protocol;
 pub use span::{OPERATION_FIELD, STATE_FIELD, STATE_SPAN_TARGET, TRACKER_FIELD};
 pub use state::AppState;
 #[cfg(feature = "sdk")]
-pub use telemetry::{Protocol, Telemetry, TelemetryBuilder, init};
+pub use telemetry::{Telemetry, TelemetryBuilder, init};
 #[cfg(feature = "traces")]
 pub use traces::{TraceCounts, TraceLayer};
 pub use tracker::{

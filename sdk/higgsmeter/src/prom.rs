@@ -7,14 +7,26 @@ use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use opentelemetry_sdk::metrics::MeterProviderBuilder;
 use prometheus::{Encoder, TextEncoder};
 use tokio::sync::watch;
 
 use crate::error::Error;
+use crate::pipeline::Pipeline;
+
+/// Adds the Prometheus exporter's reader to the meter provider; the endpoint that
+/// serves its registry starts once the provider is built ([`Unstarted::serve`]).
+pub(crate) fn with_reader(
+    builder: MeterProviderBuilder,
+    addr: SocketAddr,
+) -> Result<(MeterProviderBuilder, Unstarted), Error> {
+    let (reader, registry) = reader()?;
+    Ok((builder.with_reader(reader), Unstarted { addr, registry }))
+}
 
 /// The exporter reader and the registry it fills. Catalog names are exposition names
 /// already, so no unit or `_total` suffix is added; scope labels are left out.
-pub(crate) fn reader() -> Result<
+fn reader() -> Result<
     (
         opentelemetry_prometheus::PrometheusExporter,
         prometheus::Registry,
@@ -32,7 +44,13 @@ pub(crate) fn reader() -> Result<
     Ok((exporter, registry))
 }
 
-/// A running endpoint; [`stop`](PromServer::stop) or the runtime's shutdown ends it.
+/// The endpoint's address and the registry it will serve.
+pub(crate) struct Unstarted {
+    addr: SocketAddr,
+    registry: prometheus::Registry,
+}
+
+/// A running endpoint; its shutdown (or the runtime's) ends it.
 #[derive(Debug)]
 pub(crate) struct PromServer {
     addr: SocketAddr,
@@ -40,17 +58,27 @@ pub(crate) struct PromServer {
 }
 
 impl PromServer {
+    /// The bound address (useful with port 0).
     pub(crate) fn local_addr(&self) -> SocketAddr {
         self.addr
     }
+}
 
-    pub(crate) fn stop(self) {
+impl Pipeline for PromServer {
+    fn shutdown(self: Box<Self>) {
         let _ = self.stop.send(true);
     }
 }
 
-/// Binds `addr` now (so a taken port is an error from `init()`), then serves on `rt`.
-pub(crate) fn serve(
+impl Unstarted {
+    /// Binds the address now (so a taken port is an error from `init()`), then serves
+    /// on `rt`.
+    pub(crate) fn serve(self, rt: &tokio::runtime::Runtime) -> Result<PromServer, Error> {
+        serve(rt, self.addr, self.registry)
+    }
+}
+
+fn serve(
     rt: &tokio::runtime::Runtime,
     addr: SocketAddr,
     registry: prometheus::Registry,

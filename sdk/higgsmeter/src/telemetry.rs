@@ -1,77 +1,35 @@
-//! `init()`: the OpenTelemetry wiring of a worker, behind one guard.
+//! `init()`: the OpenTelemetry wiring of a worker, behind one guard. The builder holds
+//! the requests ([`Requests`]), resolved once into each pipeline's settings; the guard
+//! holds the running pipelines as a list, flushed and shut down in order.
 
-use std::collections::HashMap;
+use std::any::Any;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use opentelemetry::KeyValue;
-use opentelemetry::metrics::MeterProvider as _;
-use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
 use opentelemetry_sdk::metrics::{
     MeterProviderBuilder, PeriodicReader, SdkMeterProvider, Temporality,
 };
-use opentelemetry_sdk::resource::EnvResourceDetector;
 use tracing_subscriber::registry::LookupSpan;
 
-use higgsmeter_catalog::STATUS_INTERVAL_S;
-
 use crate::error::Error;
+use crate::gpu::GpuMeter;
 use crate::layer::ActivityLayer;
-use crate::metrics::{ActivityInstruments, register_activity_instruments};
+use crate::meter::{AddReader, MeterPipeline};
+use crate::metrics::register_activity_instruments;
+use crate::pipeline::{Pipeline, on_own_thread};
+use crate::prom::PromServer;
+use crate::settings::{Protocol, Requests, Resolved};
+use crate::traces::TracePipeline;
 use crate::tracker::{Tracker, state_tracker};
 
-mod settings;
-use settings::Settings;
-pub(crate) use settings::{OtlpSettings, TlsFiles, env};
-
-/// The environment variable naming the in-process Prometheus endpoint's address.
-pub(crate) const PROMETHEUS_ADDR_ENV: &str = "HIGGSMETER_PROMETHEUS_ADDR";
-
-/// The OTLP transport.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Protocol {
-    /// OTLP/gRPC (tonic), usually port 4317.
-    Grpc,
-    /// OTLP/HTTP with binary protobuf bodies, usually port 4318 (`/v1/metrics`).
-    HttpProtobuf,
-}
-
-impl Protocol {
-    pub(crate) fn parse(value: &str) -> Result<Protocol, Error> {
-        match value.trim() {
-            "grpc" => Ok(Protocol::Grpc),
-            "http/protobuf" => Ok(Protocol::HttpProtobuf),
-            other => Err(Error::InvalidSetting {
-                name: "OTEL_EXPORTER_OTLP_PROTOCOL",
-                value: other.to_owned(),
-                reason: "expected `grpc` or `http/protobuf`",
-            }),
-        }
-    }
-
-    /// The protocol of one signal's exporter: the builder's `chosen`, else the signal's
-    /// variable (`OTEL_EXPORTER_OTLP_METRICS_PROTOCOL`, `…_TRACES_PROTOCOL`), else
-    /// `OTEL_EXPORTER_OTLP_PROTOCOL`, else `http/protobuf`.
-    pub(crate) fn resolve(
-        chosen: Option<Protocol>,
-        read: bool,
-        signal_var: &str,
-    ) -> Result<Protocol, Error> {
-        if let Some(p) = chosen {
-            return Ok(p);
-        }
-        match env(read, signal_var).or_else(|| env(read, "OTEL_EXPORTER_OTLP_PROTOCOL")) {
-            Some(v) => Protocol::parse(&v),
-            None => Ok(Protocol::HttpProtobuf),
-        }
-    }
-}
-
-type AddReader = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + Send>;
+#[cfg(feature = "nvml")]
+mod nvml;
+#[cfg(feature = "traces")]
+mod traces;
 
 /// Configures and starts higgsmeter's OpenTelemetry pipeline; see [`init()`].
 ///
@@ -90,17 +48,8 @@ type AddReader = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProviderBuilder + 
 #[must_use = "call .init() to start exporting"]
 pub struct TelemetryBuilder {
     tracker: Tracker,
-    service_name: Option<String>,
-    attributes: Vec<KeyValue>,
-    pub(crate) otlp_endpoint: Option<String>,
-    pub(crate) otlp_protocol: Option<Protocol>,
-    pub(crate) otlp_headers: HashMap<String, String>,
-    otlp_tls: TlsFiles,
-    pub(crate) traces: crate::traces::TracesConfig,
-    export_interval: Option<Duration>,
-    temporality: Option<Temporality>,
-    prometheus_addr: Option<SocketAddr>,
-    read_env: bool,
+    /// What the `with_*` settings ask for, resolved against the environment by `init()`.
+    requests: Requests,
     install_subscriber: bool,
     log_to_stderr: bool,
     set_global_meter_provider: bool,
@@ -110,13 +59,14 @@ pub struct TelemetryBuilder {
 
 impl fmt::Debug for TelemetryBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.requests;
         f.debug_struct("TelemetryBuilder")
-            .field("service_name", &self.service_name)
-            .field("otlp_endpoint", &self.otlp_endpoint)
-            .field("otlp_protocol", &self.otlp_protocol)
-            .field("export_interval", &self.export_interval)
-            .field("prometheus_addr", &self.prometheus_addr)
-            .field("traces", &self.traces)
+            .field("service_name", &r.service_name)
+            .field("otlp_endpoint", &r.otlp_endpoint)
+            .field("otlp_protocol", &r.otlp_protocol)
+            .field("export_interval", &r.export_interval)
+            .field("prometheus_addr", &r.prometheus_addr)
+            .field("traces", &r.traces)
             .field("install_subscriber", &self.install_subscriber)
             .finish_non_exhaustive()
     }
@@ -126,17 +76,7 @@ impl Default for TelemetryBuilder {
     fn default() -> Self {
         TelemetryBuilder {
             tracker: state_tracker().clone(),
-            service_name: None,
-            attributes: Vec::new(),
-            otlp_endpoint: None,
-            otlp_protocol: None,
-            otlp_headers: HashMap::new(),
-            otlp_tls: TlsFiles::default(),
-            traces: Default::default(),
-            export_interval: None,
-            temporality: None,
-            prometheus_addr: None,
-            read_env: true,
+            requests: Requests::default(),
             install_subscriber: true,
             log_to_stderr: true,
             set_global_meter_provider: true,
@@ -155,7 +95,7 @@ impl TelemetryBuilder {
 
     /// `service.name` (else `OTEL_SERVICE_NAME`, else the executable's name).
     pub fn with_service_name(mut self, name: impl Into<String>) -> Self {
-        self.service_name = Some(name.into());
+        self.requests.service_name = Some(name.into());
         self
     }
 
@@ -165,40 +105,34 @@ impl TelemetryBuilder {
         key: &'static str,
         value: impl Into<opentelemetry::Value>,
     ) -> Self {
-        self.attributes.push(KeyValue::new(key, value));
+        self.requests.attributes.push(KeyValue::new(key, value));
         self
     }
 
     /// Pushes OTLP to this endpoint: the base URL (`http://host:4317` for gRPC,
     /// `http://host:4318` for HTTP, where `/v1/metrics` is appended).
     pub fn with_otlp_endpoint(mut self, endpoint: impl Into<String>) -> Self {
-        self.otlp_endpoint = Some(endpoint.into());
+        self.requests.otlp_endpoint = Some(endpoint.into());
         self
     }
 
     /// The OTLP transport (else `OTEL_EXPORTER_OTLP_PROTOCOL`, else HTTP/protobuf).
     pub fn with_otlp_protocol(mut self, protocol: Protocol) -> Self {
-        self.otlp_protocol = Some(protocol);
+        self.requests.otlp_protocol = Some(protocol);
         self
     }
 
     /// Adds a header (gRPC metadata) to every OTLP export.
     pub fn with_otlp_header(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.otlp_headers.insert(key.into(), value.into());
+        self.requests.otlp_headers.insert(key.into(), value.into());
         self
-    }
-
-    /// The TLS files set on the builder (traces read them too).
-    #[cfg(feature = "traces")]
-    pub(crate) fn otlp_tls_files(&self) -> &TlsFiles {
-        &self.otlp_tls
     }
 
     /// The CA certificate (PEM file) that verifies the OTLP endpoint's certificate
     /// (over `OTEL_EXPORTER_OTLP_METRICS_CERTIFICATE` / `OTEL_EXPORTER_OTLP_CERTIFICATE`;
     /// default: the system's roots). Needs the `tls` feature.
     pub fn with_otlp_certificate(mut self, ca_pem_file: impl Into<PathBuf>) -> Self {
-        self.otlp_tls.certificate = Some(ca_pem_file.into());
+        self.requests.otlp_tls.certificate = Some(ca_pem_file.into());
         self
     }
 
@@ -210,27 +144,27 @@ impl TelemetryBuilder {
         cert_pem_file: impl Into<PathBuf>,
         key_pem_file: impl Into<PathBuf>,
     ) -> Self {
-        self.otlp_tls.client_certificate = Some(cert_pem_file.into());
-        self.otlp_tls.client_key = Some(key_pem_file.into());
+        self.requests.otlp_tls.client_certificate = Some(cert_pem_file.into());
+        self.requests.otlp_tls.client_key = Some(key_pem_file.into());
         self
     }
 
     /// How often to push (else `OTEL_METRIC_EXPORT_INTERVAL`, else 1 s).
     pub fn with_export_interval(mut self, interval: Duration) -> Self {
-        self.export_interval = Some(interval);
+        self.requests.export_interval = Some(interval);
         self
     }
 
     /// OTLP temporality (else `OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE`, else cumulative).
     pub fn with_temporality(mut self, temporality: Temporality) -> Self {
-        self.temporality = Some(temporality);
+        self.requests.temporality = Some(temporality);
         self
     }
 
     /// Serves Prometheus text exposition on `http://ADDR/metrics` (else
     /// `HIGGSMETER_PROMETHEUS_ADDR`; off when neither is set).
     pub fn with_prometheus_addr(mut self, addr: SocketAddr) -> Self {
-        self.prometheus_addr = Some(addr);
+        self.requests.prometheus_addr = Some(addr);
         self
     }
 
@@ -263,7 +197,7 @@ impl TelemetryBuilder {
     ///   ([`with_log_to_stderr(false)`](Self::with_log_to_stderr) drops it);
     /// - `host.name`: `HOSTNAME`, when `/proc/sys/kernel/hostname` cannot be read.
     pub fn with_env(mut self, read_env: bool) -> Self {
-        self.read_env = read_env;
+        self.requests.read_env = read_env;
         self
     }
 
@@ -317,27 +251,23 @@ impl TelemetryBuilder {
 
     /// Builds the pipeline and starts exporting; see [`init()`].
     pub fn init(self) -> Result<Telemetry, Error> {
-        let settings = Settings::resolve(&self)?;
+        let resolved = self.requests.resolve()?;
         let tracker = self.tracker.clone();
 
-        if settings.disabled {
+        if resolved.disabled {
             let subscriber_installed = self.install_subscriber
                 && install_subscriber(&tracker, self.log_to_stderr, None, None)?;
             return Ok(Telemetry {
                 tracker,
-                provider: None,
-                instruments: None,
+                pipelines: Vec::new(),
                 runtime: None,
-                prometheus: None,
-                gpu: None,
-                traces: None,
                 subscriber_installed,
             });
         }
 
-        let needs_runtime = settings.otlp.is_some()
-            || settings.prometheus_addr.is_some()
-            || settings.traces.is_some();
+        let needs_runtime = resolved.otlp.is_some()
+            || resolved.prometheus_addr.is_some()
+            || resolved.traces.is_some();
         let runtime = if needs_runtime {
             Some(
                 tokio::runtime::Builder::new_multi_thread()
@@ -354,146 +284,91 @@ impl TelemetryBuilder {
         // Built on a thread of its own: exporter clients must not be created (or
         // dropped) inside the caller's async runtime, if it has one.
         let handle = runtime.as_ref().map(|rt| rt.handle().clone());
-        let resource = settings.resource.clone();
-        let otlp = settings.otlp.clone();
         let extra_readers = self.extra_readers;
-        let prometheus_addr = settings.prometheus_addr;
-        let traces = settings.traces.clone();
-        let built = std::thread::Builder::new()
-            .name("higgsmeter-init".into())
-            .spawn(move || {
-                let _entered = handle.as_ref().map(|h| h.enter());
-                let traces = traces
-                    .map(|t| crate::traces::TracePipeline::start(t, &resource))
-                    .transpose()?;
-                match build_provider(
-                    resource,
-                    otlp,
-                    extra_readers,
-                    prometheus_addr,
-                    handle.clone(),
-                ) {
-                    Ok(built) => Ok((built, traces)),
-                    Err(e) => {
-                        // Shut down off this thread, outside the runtime's context.
-                        if let Some(traces) = traces {
-                            traces.shutdown();
-                        }
-                        Err(e)
+        let Resolved {
+            resource,
+            otlp,
+            prometheus_addr,
+            traces,
+            ..
+        } = resolved;
+        let built = on_own_thread("higgsmeter-init", move || {
+            let _entered = handle.as_ref().map(|h| h.enter());
+            let traces = traces
+                .map(|t| TracePipeline::start(t, &resource))
+                .transpose()?;
+            match crate::meter::start(resource, otlp.as_ref(), prometheus_addr, extra_readers) {
+                Ok((meter, prometheus)) => Ok((meter, prometheus, traces)),
+                Err(e) => {
+                    // Shut down off this thread, outside the runtime's context.
+                    if let Some(traces) = traces {
+                        traces.shutdown();
                     }
+                    Err(e)
                 }
-            })
-            .map_err(Error::Runtime)?
-            .join()
-            .unwrap_or_else(|_| {
-                Err(Error::Runtime(std::io::Error::other(
-                    "provider build panicked",
-                )))
-            })?;
-        let ((provider, prometheus_registry), traces) = built;
-        let meter = provider.meter("higgsmeter");
+            }
+        })
+        .unwrap_or_else(|| {
+            Err(Error::Runtime(std::io::Error::other(
+                "provider build panicked",
+            )))
+        })?;
+        let (meter_pipeline, prometheus, traces) = built;
+        let meter = meter_pipeline.meter();
         // From here on, a failure drops this guard, which shuts the exporters and the
-        // runtime down off the caller's thread, as on a normal exit.
+        // runtime down off the caller's thread, as on a normal exit. The pipelines are
+        // listed in the order they flush and shut down: the GPU meter (a last sample
+        // for the final export), the Prometheus endpoint, traces (every span closed
+        // by then exported or counted), the meter provider (the final export).
         let mut telemetry = Telemetry {
             tracker,
-            provider: Some(provider),
-            instruments: None,
+            pipelines: Vec::new(),
             runtime,
-            prometheus: None,
-            gpu: None,
-            traces,
             subscriber_installed: false,
         };
-
-        #[cfg(feature = "prometheus")]
-        if let (Some(addr), Some(registry), Some(rt)) = (
-            prometheus_addr,
-            prometheus_registry,
-            telemetry.runtime.as_ref(),
-        ) {
-            telemetry.prometheus = Some(crate::prom::serve(rt, addr, registry)?);
+        if let Some(traces) = traces {
+            telemetry.pipelines.push(Box::new(traces));
         }
-        #[cfg(not(feature = "prometheus"))]
-        let _ = prometheus_registry;
+        telemetry.pipelines.push(Box::new(meter_pipeline));
+        if let (Some(endpoint), Some(rt)) = (prometheus, telemetry.runtime.as_ref()) {
+            let server = endpoint.serve(rt)?;
+            telemetry.pipelines.insert(0, Box::new(server));
+        }
 
         telemetry.subscriber_installed = self.install_subscriber
             && install_subscriber(
                 &telemetry.tracker,
                 self.log_to_stderr,
                 Some(&meter),
-                telemetry.traces.as_ref(),
+                telemetry.pipeline::<TracePipeline>(),
             )?;
-        telemetry.instruments = Some(register_activity_instruments(
-            &meter,
-            telemetry.tracker.clone(),
-        ));
-        if self.set_global_meter_provider
-            && let Some(provider) = &telemetry.provider
-        {
-            opentelemetry::global::set_meter_provider(provider.clone());
+        let instruments = register_activity_instruments(&meter, telemetry.tracker.clone());
+        if let Some(m) = telemetry.pipeline_mut::<MeterPipeline>() {
+            m.keep(instruments);
+            if self.set_global_meter_provider {
+                opentelemetry::global::set_meter_provider(m.provider().clone());
+            }
         }
         // After the subscriber, so its one log line on a host without GPUs is seen.
-        if self.gpu_meter {
-            telemetry.gpu = start_gpu_meter(&meter, &telemetry.tracker);
+        if self.gpu_meter
+            && let Some(gpu) = crate::gpu::start(&meter, &telemetry.tracker)
+        {
+            telemetry.pipelines.insert(0, Box::new(gpu));
         }
         Ok(telemetry)
     }
 }
 
-#[cfg(feature = "prometheus")]
-type PromHandle = crate::prom::PromServer;
-#[cfg(not(feature = "prometheus"))]
-type PromHandle = ();
-#[cfg(feature = "prometheus")]
-type PromRegistry = prometheus::Registry;
-#[cfg(not(feature = "prometheus"))]
-type PromRegistry = ();
-
 fn install_subscriber(
     tracker: &Tracker,
     log_to_stderr: bool,
     meter: Option<&opentelemetry::metrics::Meter>,
-    traces: Option<&crate::traces::TracePipeline>,
+    traces: Option<&TracePipeline>,
 ) -> Result<bool, Error> {
     let log = log_to_stderr.then(crate::subscriber::LogFilter::from_env);
     let subscriber = crate::subscriber::subscriber(tracker, log, meter, traces);
     tracing::subscriber::set_global_default(subscriber).map_err(|_| Error::SubscriberAlreadySet)?;
     Ok(true)
-}
-
-fn build_provider(
-    resource: Resource,
-    otlp: Option<OtlpSettings>,
-    extra_readers: Vec<AddReader>,
-    prometheus_addr: Option<SocketAddr>,
-    handle: Option<tokio::runtime::Handle>,
-) -> Result<(SdkMeterProvider, Option<PromRegistry>), Error> {
-    let _entered = handle.as_ref().map(|h| h.enter());
-    let mut builder = SdkMeterProvider::builder().with_resource(resource);
-    for add in extra_readers {
-        builder = add(builder);
-    }
-    #[cfg(feature = "otlp")]
-    if let Some(otlp) = otlp {
-        builder = builder.with_reader(crate::otlp::reader(&otlp)?);
-    }
-    #[cfg(not(feature = "otlp"))]
-    let _ = otlp;
-    #[cfg(feature = "prometheus")]
-    let registry = match prometheus_addr {
-        Some(_) => {
-            let (reader, registry) = crate::prom::reader()?;
-            builder = builder.with_reader(reader);
-            Some(registry)
-        }
-        None => None,
-    };
-    #[cfg(not(feature = "prometheus"))]
-    let registry = {
-        let _ = prometheus_addr;
-        None
-    };
-    Ok((builder.build(), registry))
 }
 
 /// The running pipeline: flushes (the current state's time included) and shuts every
@@ -504,57 +379,24 @@ fn build_provider(
 #[must_use = "exporting stops when the Telemetry guard drops; bind it with `let _telemetry = ...`"]
 pub struct Telemetry {
     tracker: Tracker,
-    provider: Option<SdkMeterProvider>,
-    instruments: Option<ActivityInstruments>,
+    /// The running pipelines, in the order they flush and shut down.
+    pipelines: Vec<Box<dyn Pipeline>>,
+    /// The exporters' runtime, stopped after every pipeline.
     runtime: Option<tokio::runtime::Runtime>,
-    prometheus: Option<PromHandle>,
-    gpu: Option<GpuMeter>,
-    pub(crate) traces: Option<crate::traces::TracePipeline>,
     subscriber_installed: bool,
-}
-
-#[cfg(feature = "nvml")]
-type GpuMeter = higgsmeter_nvml::NvmlMeter;
-#[cfg(not(feature = "nvml"))]
-type GpuMeter = ();
-
-/// Starts the NVML meter, its state source wired to the tracker. Failing (no driver,
-/// no GPU) is one log line, never an error: the worker runs on without GPU metrics.
-#[cfg(feature = "nvml")]
-fn start_gpu_meter(meter: &opentelemetry::metrics::Meter, tracker: &Tracker) -> Option<GpuMeter> {
-    let tracker = tracker.clone();
-    match higgsmeter_nvml::NvmlMeter::builder()
-        .with_state_source(move || tracker.current_state().as_str())
-        .start(meter)
-    {
-        Ok(gpus) => {
-            tracing::info!(target: "higgsmeter", gpus = gpus.devices().len(), "NVML GPU meter started");
-            Some(gpus)
-        }
-        Err(e @ higgsmeter_nvml::NvmlError::LibraryNotLoaded { .. }) => {
-            tracing::info!(target: "higgsmeter", "GPU metrics off: {e}");
-            None
-        }
-        Err(e) => {
-            tracing::warn!(target: "higgsmeter", "GPU metrics off: {e}");
-            None
-        }
-    }
-}
-
-#[cfg(not(feature = "nvml"))]
-fn start_gpu_meter(_meter: &opentelemetry::metrics::Meter, _tracker: &Tracker) -> Option<GpuMeter> {
-    None
 }
 
 impl fmt::Debug for Telemetry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Telemetry")
-            .field("exporting", &self.provider.is_some())
+            .field("exporting", &self.pipeline::<MeterPipeline>().is_some())
             .field("prometheus_addr", &self.prometheus_addr())
-            .field("prometheus_endpoint", &self.prometheus.is_some())
-            .field("gpu_meter", &self.gpu.is_some())
-            .field("traces", &self.traces.is_some())
+            .field(
+                "prometheus_endpoint",
+                &self.pipeline::<PromServer>().is_some(),
+            )
+            .field("gpu_meter", &self.pipeline::<GpuMeter>().is_some())
+            .field("traces", &self.pipeline::<TracePipeline>().is_some())
             .field("subscriber_installed", &self.subscriber_installed)
             .finish_non_exhaustive()
     }
@@ -566,6 +408,22 @@ impl Telemetry {
         TelemetryBuilder::default()
     }
 
+    /// The running pipeline of type `P`, if there is one.
+    fn pipeline<P: Pipeline>(&self) -> Option<&P> {
+        self.pipelines.iter().find_map(|p| {
+            let p: &dyn Any = p.as_ref();
+            p.downcast_ref::<P>()
+        })
+    }
+
+    /// The running pipeline of type `P`, if there is one, to change.
+    fn pipeline_mut<P: Pipeline>(&mut self) -> Option<&mut P> {
+        self.pipelines.iter_mut().find_map(|p| {
+            let p: &mut dyn Any = p.as_mut();
+            p.downcast_mut::<P>()
+        })
+    }
+
     /// The tracker this pipeline exports.
     pub fn tracker(&self) -> &Tracker {
         &self.tracker
@@ -574,7 +432,8 @@ impl Telemetry {
     /// The meter provider, to create your own instruments (`None` when
     /// `OTEL_SDK_DISABLED=true`).
     pub fn meter_provider(&self) -> Option<&SdkMeterProvider> {
-        self.provider.as_ref()
+        self.pipeline::<MeterPipeline>()
+            .map(MeterPipeline::provider)
     }
 
     /// The activity layer for this pipeline's tracker, to add to a subscriber of your
@@ -584,51 +443,23 @@ impl Telemetry {
         S: tracing::Subscriber + for<'a> LookupSpan<'a>,
     {
         let layer = ActivityLayer::new(self.tracker.clone());
-        match &self.provider {
-            Some(provider) => layer.with_meter(&provider.meter("higgsmeter")),
+        match self.pipeline::<MeterPipeline>() {
+            Some(metrics) => layer.with_meter(&metrics.meter()),
             None => layer,
         }
-    }
-
-    /// The NVML GPU meter `init()` started, if it did: its
-    /// [`readings`](higgsmeter_nvml::NvmlMeter::readings) feed other in-process consumers
-    /// (the lab session agent) without opening NVML a second time.
-    #[cfg(feature = "nvml")]
-    pub fn gpu_meter(&self) -> Option<&higgsmeter_nvml::NvmlMeter> {
-        self.gpu.as_ref()
     }
 
     /// Where the Prometheus endpoint listens, if it is on (the bound address: useful
     /// with port 0).
     pub fn prometheus_addr(&self) -> Option<SocketAddr> {
-        #[cfg(feature = "prometheus")]
-        {
-            self.prometheus.as_ref().map(|p| p.local_addr())
-        }
-        #[cfg(not(feature = "prometheus"))]
-        {
-            None
-        }
+        self.pipeline::<PromServer>().map(PromServer::local_addr)
     }
 
     /// Exports now, to every push exporter, blocking until done (at most the exporters'
     /// timeouts). Errors are logged, never returned: tracking never fails.
     pub fn force_flush(&self) {
-        if let Some(traces) = &self.traces {
-            traces.force_flush();
-        }
-        if let Some(provider) = &self.provider {
-            let provider = provider.clone();
-            let done = std::thread::Builder::new()
-                .name("higgsmeter-flush".into())
-                .spawn(move || provider.force_flush());
-            match done.map(|h| h.join()) {
-                Ok(Ok(Ok(()))) => {}
-                Ok(Ok(Err(e))) => {
-                    tracing::warn!(target: "higgsmeter", error = %e, "metric flush failed")
-                }
-                _ => tracing::warn!(target: "higgsmeter", "metric flush thread failed"),
-            }
+        for pipeline in &self.pipelines {
+            pipeline.flush();
         }
     }
 }
@@ -636,38 +467,8 @@ impl Telemetry {
 impl Drop for Telemetry {
     fn drop(&mut self) {
         self.tracker.finalize();
-        #[cfg(feature = "nvml")]
-        if let Some(gpu) = self.gpu.take() {
-            gpu.sample_now(); // the final export carries a last GPU sample
-            drop(gpu);
-        }
-        #[cfg(feature = "prometheus")]
-        if let Some(prom) = self.prometheus.take() {
-            prom.stop();
-        }
-        if let Some(traces) = self.traces.take() {
-            traces.shutdown(); // every span closed by now is exported or counted
-        }
-        let instruments = self.instruments.take();
-        if let Some(provider) = self.provider.take() {
-            // Shut down off the caller's thread: exporter clients must not be dropped
-            // inside an async runtime, and the final export needs our runtime running.
-            let shutdown = std::thread::Builder::new()
-                .name("higgsmeter-shutdown".into())
-                .spawn(move || {
-                    let _instruments = instruments; // callbacks stay registered until the end
-                    let flushed = provider.force_flush();
-                    let shut = provider.shutdown();
-                    drop(provider);
-                    (flushed, shut)
-                });
-            match shutdown.map(|h| h.join()) {
-                Ok(Ok((Ok(()), Ok(())))) => {}
-                Ok(Ok((flushed, shut))) => {
-                    tracing::warn!(target: "higgsmeter", ?flushed, ?shut, "final metric export failed")
-                }
-                _ => tracing::warn!(target: "higgsmeter", "metric shutdown thread failed"),
-            }
+        for pipeline in self.pipelines.drain(..) {
+            pipeline.shutdown();
         }
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_background();
@@ -693,40 +494,50 @@ pub fn init() -> Result<Telemetry, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::settings::{http_metrics_url, instance_id};
     use super::*;
 
     #[test]
-    fn http_endpoints_get_the_metrics_path_once() {
-        assert_eq!(
-            http_metrics_url("http://127.0.0.1:4318"),
-            "http://127.0.0.1:4318/v1/metrics"
-        );
-        assert_eq!(
-            http_metrics_url("http://127.0.0.1:4318/"),
-            "http://127.0.0.1:4318/v1/metrics"
-        );
-        assert_eq!(
-            http_metrics_url("http://h:4318/custom/path"),
-            "http://h:4318/custom/path"
-        );
+    fn the_guard_is_send_and_sync_and_the_builder_send() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<Telemetry>();
+        send::<TelemetryBuilder>();
+    }
+
+    fn quiet() -> TelemetryBuilder {
+        Telemetry::builder()
+            .with_tracker(Tracker::new())
+            .with_env(false)
+            .with_subscriber(false)
+            .with_global_meter_provider(false)
+            .with_gpu_meter(false)
     }
 
     #[test]
-    fn instance_ids_are_uuid_v4_and_differ() {
-        let a = instance_id();
-        let b = instance_id();
-        assert_ne!(a, b);
-        assert_eq!(a.len(), 36);
-        assert_eq!(&a[14..15], "4");
+    fn with_no_exporter_asked_for_only_the_meter_provider_runs() {
+        let telemetry = quiet().init().unwrap();
+        assert!(telemetry.meter_provider().is_some());
+        assert_eq!(telemetry.prometheus_addr(), None);
+        assert_eq!(telemetry.pipelines.len(), 1, "{telemetry:?}");
+        telemetry.force_flush();
     }
 
     #[test]
-    fn bad_protocol_is_a_clear_error() {
-        let err = Protocol::parse("http/json").unwrap_err().to_string();
-        assert!(
-            err.contains("grpc") && err.contains("http/protobuf"),
-            "{err}"
-        );
+    fn a_pipeline_this_build_lacks_is_a_clear_error() {
+        let addr = "127.0.0.1:0".parse().unwrap();
+        let prometheus = quiet().with_prometheus_addr(addr).init();
+        assert_eq!(prometheus.is_ok(), cfg!(feature = "prometheus"));
+        match prometheus {
+            Ok(telemetry) => {
+                assert!(telemetry.prometheus_addr().is_some());
+                assert_eq!(telemetry.pipelines.len(), 2, "{telemetry:?}");
+            }
+            Err(e) => assert!(e.to_string().contains("`prometheus` feature"), "{e}"),
+        }
+        let otlp = quiet().with_otlp_endpoint("http://127.0.0.1:9").init();
+        assert_eq!(otlp.is_ok(), cfg!(feature = "otlp"));
+        if let Err(e) = otlp {
+            assert!(e.to_string().contains("`otlp` feature"), "{e}");
+        }
     }
 }

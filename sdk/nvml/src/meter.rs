@@ -227,7 +227,7 @@ impl NvmlMeterBuilder {
             shared,
             devices,
             stop: Some(stop_tx),
-            done: done_rx,
+            done: Mutex::new(done_rx),
             thread: Some(thread),
             xid,
             _instruments: instruments,
@@ -276,7 +276,8 @@ pub struct NvmlMeter {
     shared: Arc<Shared>,
     devices: Vec<GpuDevice>,
     stop: Option<mpsc::Sender<()>>,
-    done: mpsc::Receiver<()>,
+    /// Behind a lock only so that the handle is `Sync`; read once, in `drop`.
+    done: Mutex<mpsc::Receiver<()>>,
     thread: Option<JoinHandle<()>>,
     xid: Option<XidWatcher>,
     _instruments: GpuInstruments,
@@ -329,7 +330,8 @@ impl Drop for NvmlMeter {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        match self.done.recv_timeout(STOP_TIMEOUT) {
+        let done = self.done.get_mut().unwrap_or_else(PoisonError::into_inner);
+        match done.recv_timeout(STOP_TIMEOUT) {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => {
                 if let Some(thread) = self.thread.take() {
                     let _ = thread.join();
