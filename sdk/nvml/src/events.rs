@@ -6,9 +6,9 @@
 //! it holds for a few instructions only: the sampler's tick never waits on the event
 //! API.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -29,7 +29,8 @@ const REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The running XID thread; stop it with [`XidWatcher::stop`].
 pub(crate) struct XidWatcher {
     stop: Arc<AtomicBool>,
-    done: mpsc::Receiver<()>,
+    /// Behind a lock only so that the meter holding it is `Sync`; read once, in `stop`.
+    done: Mutex<mpsc::Receiver<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -66,7 +67,7 @@ impl XidWatcher {
         let _ = ready_rx.recv_timeout(REGISTER_TIMEOUT);
         Some(XidWatcher {
             stop,
-            done: done_rx,
+            done: Mutex::new(done_rx),
             thread: Some(thread),
         })
     }
@@ -74,7 +75,8 @@ impl XidWatcher {
     /// Stops the thread, waiting at most `timeout` for its current wait to end.
     pub(crate) fn stop(mut self, timeout: Duration) {
         self.stop.store(true, Ordering::Relaxed);
-        match self.done.recv_timeout(timeout) {
+        let done = self.done.get_mut().unwrap_or_else(PoisonError::into_inner);
+        match done.recv_timeout(timeout) {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => {
                 if let Some(thread) = self.thread.take() {
                     let _ = thread.join();
