@@ -110,16 +110,14 @@ impl Store {
         Some(v)
     }
 
-    /// Applies value `v` of a number point (its start and time) to series `id` of
+    /// Applies a number point (its start, time and value `v`) to series `id` of
     /// `source` and to its fleet entry. Runs under the read lock.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn number_point(
         &self,
         source: u32,
         id: u32,
         delta: bool,
-        (start, time): (u64, u64),
-        v: f64,
+        (start, time, v): (u64, u64, f64),
         now: u64,
         out: &mut Outcome,
     ) {

@@ -185,7 +185,7 @@ impl<'a> Visitor<'a> for Apply<'_, 'a> {
             },
         };
         let (store, out) = self.parts();
-        store.number_point(source, id, delta, (p.start, p.time), v, now, out);
+        store.number_point(source, id, delta, (p.start, p.time, v), now, out);
     }
 
     fn histogram(&mut self, p: &HistPoint<'a>) {
