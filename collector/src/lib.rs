@@ -263,45 +263,11 @@ impl Collector {
         let stats = Arc::new(SelfMetrics::default());
         // Where the state lives (or that there is none), before anything else.
         tracing::info!("{}", plan.state_summary());
-        let storage = match &plan.storage {
-            Some(dir) => Some(storage::FileStorage::open(dir)?),
-            None => None,
-        };
-        let restored = storage.as_ref().and_then(|s| {
-            let state = s.load()?;
-            match Aggregator::restored(plan.aggregate.clone(), stats.clone(), &state) {
-                Ok((aggregator, count)) => {
-                    tracing::info!(
-                        state = %s.state_path().display(),
-                        sources = count.sources,
-                        series = count.series,
-                        left_out = count.left_out,
-                        "restored the aggregation state"
-                    );
-                    Some(aggregator)
-                }
-                Err(e) => {
-                    s.set_aside(&e.to_string());
-                    None
-                }
-            }
-        });
-        let aggregator = Arc::new(
-            restored.unwrap_or_else(|| Aggregator::new(plan.aggregate.clone(), stats.clone())),
-        );
-        let checkpointer = storage.map(|storage| {
-            Arc::new(Checkpointer {
-                storage,
-                aggregator: aggregator.clone(),
-                stats: stats.clone(),
-                last_error_log: std::sync::Mutex::new(None),
-                writing: std::sync::Mutex::new(()),
-            })
-        });
+        let (aggregator, checkpointer) = restore(&plan, &stats)?;
         let cancel = CancellationToken::new();
         let stop_receiving = cancel.child_token();
         let stop_exporting = cancel.child_token();
-        let stats_for = |stop: &CancellationToken| component::Context {
+        let context = |stop: &CancellationToken| component::Context {
             aggregator: aggregator.clone(),
             stats: stats.clone(),
             traces: None,
@@ -310,7 +276,7 @@ impl Collector {
         };
         // The traces pipeline's exporters stop after the receivers, as the others do.
         let mut exporters = Vec::new();
-        let mut receiving = stats_for(&stop_receiving);
+        let mut receiving = context(&stop_receiving);
         if !plan.traces.is_empty() {
             let (forwarder, tasks) = exporters::traces::start(
                 plan.traces.clone(),
@@ -326,7 +292,7 @@ impl Collector {
         for r in plan.receivers {
             started.push((true, r.start(&receiving).await?));
         }
-        let exporting = stats_for(&stop_exporting);
+        let exporting = context(&stop_exporting);
         for e in plan.exporters {
             started.push((false, e.start(&exporting).await?));
         }
@@ -343,37 +309,12 @@ impl Collector {
                 exporters.push(task);
             }
         }
-        let mut others = Vec::new();
-        if let Some(checkpointer) = &checkpointer {
-            let checkpointer = checkpointer.clone();
-            let interval = plan.aggregate.checkpoint_interval;
-            let stop = cancel.clone();
-            others.push(tokio::spawn(async move {
-                let mut tick = tokio::time::interval(interval);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                tick.tick().await;
-                loop {
-                    tokio::select! {
-                        _ = stop.cancelled() => break,
-                        _ = tick.tick() => {
-                            let c = checkpointer.clone();
-                            let _ = tokio::task::spawn_blocking(move || c.write()).await;
-                        }
-                    }
-                }
-            }));
-        }
-        let sweeper = aggregator.clone();
-        let sweep_cancel = cancel.clone();
-        others.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
-            loop {
-                tokio::select! {
-                    _ = sweep_cancel.cancelled() => break,
-                    _ = tick.tick() => sweeper.sweep(),
-                }
-            }
-        }));
+        let others = background(
+            checkpointer.clone(),
+            aggregator.clone(),
+            plan.aggregate.checkpoint_interval,
+            &cancel,
+        );
         tracing::info!(%addresses, "higgsmeter-collector started");
         Ok(RunningCollector {
             addresses,
@@ -389,6 +330,90 @@ impl Collector {
             stats,
         })
     }
+}
+
+/// Opens and locks the storage directory (with storage on) and restores the checkpointed
+/// state, or starts a new aggregation; the checkpointer that keeps writing it.
+fn restore(
+    plan: &Plan,
+    stats: &Arc<SelfMetrics>,
+) -> Result<(Arc<Aggregator>, Option<Arc<Checkpointer>>), Error> {
+    let storage = match &plan.storage {
+        Some(dir) => Some(storage::FileStorage::open(dir)?),
+        None => None,
+    };
+    let restored = storage.as_ref().and_then(|s| {
+        let state = s.load()?;
+        match Aggregator::restored(plan.aggregate.clone(), stats.clone(), &state) {
+            Ok((aggregator, count)) => {
+                tracing::info!(
+                    state = %s.state_path().display(),
+                    sources = count.sources,
+                    series = count.series,
+                    left_out = count.left_out,
+                    "restored the aggregation state"
+                );
+                Some(aggregator)
+            }
+            Err(e) => {
+                s.set_aside(&e.to_string());
+                None
+            }
+        }
+    });
+    let aggregator = Arc::new(
+        restored.unwrap_or_else(|| Aggregator::new(plan.aggregate.clone(), stats.clone())),
+    );
+    let checkpointer = storage.map(|storage| {
+        Arc::new(Checkpointer {
+            storage,
+            aggregator: aggregator.clone(),
+            stats: stats.clone(),
+            last_error_log: std::sync::Mutex::new(None),
+            writing: std::sync::Mutex::new(()),
+        })
+    });
+    Ok((aggregator, checkpointer))
+}
+
+/// The checkpoint writer (every `interval`, off the async workers) and the once-a-second
+/// sweep of stale sources, until `cancel`.
+fn background(
+    checkpointer: Option<Arc<Checkpointer>>,
+    aggregator: Arc<Aggregator>,
+    interval: Duration,
+    cancel: &CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    let mut others = Vec::new();
+    if let Some(checkpointer) = checkpointer {
+        let stop = cancel.clone();
+        others.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tick.tick() => {
+                        let c = checkpointer.clone();
+                        let _ = tokio::task::spawn_blocking(move || c.write()).await;
+                    }
+                }
+            }
+        }));
+    }
+    let sweeper = aggregator.clone();
+    let sweep_cancel = cancel.clone();
+    others.push(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = sweep_cancel.cancelled() => break,
+                _ = tick.tick() => sweeper.sweep(),
+            }
+        }
+    }));
+    others
 }
 
 impl RunningCollector {
