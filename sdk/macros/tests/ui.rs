@@ -1,4 +1,5 @@
-//! Compile-time behaviour of `#[track_state]`: what compiles, and misuse as clear errors.
+//! Compile-time behaviour of `#[track_state]` (through `higgsmeter`, no default
+//! features): what compiles, and misuse as clear errors.
 
 #![allow(
     clippy::unwrap_used,
