@@ -149,6 +149,44 @@ fn ingest(c: &mut Criterion) {
             )
         })
     });
+    // OTLP/JSON as the HTTP receiver takes it: serde_json into prost's message, then
+    // `Aggregator::ingest` (re-encoded to protobuf and read by the same validating
+    // walker). The parse and the re-encode alone show what each step costs (ADR 0019).
+    let json: Vec<Vec<u8>> = (0..64)
+        .map(|w| serde_json::to_vec(&request(w, 1, false)).expect("serializable"))
+        .collect();
+    group.bench_function("json_parse_only_1000_points", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % json.len();
+            black_box(
+                serde_json::from_slice::<ExportMetricsServiceRequest>(&json[i])
+                    .map(|r| r.resource_metrics.len()),
+            )
+        })
+    });
+    let parsed: Vec<ExportMetricsServiceRequest> = json
+        .iter()
+        .map(|j| serde_json::from_slice(j).expect("parses"))
+        .collect();
+    group.bench_function("json_reencode_only_1000_points", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % parsed.len();
+            black_box(parsed[i].encode_to_vec().len())
+        })
+    });
+    group.bench_function("json_ingest_1000_points_64_workers", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % json.len();
+            black_box(
+                aggregator
+                    .ingest_json(&json[i], Transport::Http)
+                    .map(|r| r.received),
+            )
+        })
+    });
     group.finish();
 }
 

@@ -1,6 +1,8 @@
 //! The label values of the collector's own metrics (`higgsmeter_collector_*`): one enum
 //! per label, each knowing its members and their text, and [`By`], an array of
-//! counters sized by such an enum and indexed by its members only.
+//! counters sized by such an enum and indexed by its members only. Beside them, the
+//! other names every layer shares: a metric's [`MetricKind`] and the resource attributes
+//! that mark a collector's own exports ([`ROLE`], [`FORWARDED_BY`]).
 //!
 //! A leaf module: it uses nothing else of the crate, so the receivers, the exporters,
 //! the store and the self-metric table can all name these without an import cycle.
@@ -227,6 +229,36 @@ impl<E: Label, T, const N: usize> By<E, T, N> {
         E::ALL.iter().copied().zip(self.items.iter())
     }
 }
+
+/// What kind of series a metric has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MetricKind {
+    /// A monotonic sum.
+    Counter,
+    /// A gauge or a non-monotonic sum.
+    Gauge,
+    /// An explicit-bucket histogram.
+    Histogram,
+}
+
+impl MetricKind {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+}
+
+/// The resource attribute a collector's fleet export carries: its series are a lower
+/// tier's sums (their points keep their own `job`).
+pub(crate) const ROLE: &str = "higgsmeter.collector.role";
+/// [`ROLE`]'s value.
+pub(crate) const ROLE_AGGREGATE: &str = "aggregate";
+/// The resource attribute of a source forwarded with `include_sources`: the instance id
+/// of the collector that forwarded it.
+pub(crate) const FORWARDED_BY: &str = "higgsmeter.forwarded_by";
 
 #[cfg(test)]
 mod tests {

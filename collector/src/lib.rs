@@ -111,6 +111,7 @@ mod receivers;
 mod self_metrics;
 mod storage;
 mod tls;
+mod views;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -121,7 +122,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use aggregate::{
-    AggregateConfig, Aggregator, DecodeError, GaugeAggregation, GaugeRule, IngestResult,
+    AggregateConfig, Aggregator, DecodeError, GaugeAggregation, GaugeRule, IngestResult, JsonError,
     StateSnapshot, View,
 };
 pub use config::{Config, Overrides, Plan};

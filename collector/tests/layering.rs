@@ -2,7 +2,8 @@
 //! reads every top-level module's `crate::NAME` paths (in `use` lines and in code,
 //! comments and `#[cfg(test)]` modules left out; the reader is shared with the SDK's
 //! layering test, `tests/shared/module_graph.rs`) and fails on a cycle, naming it.
-//! The leaf modules (`labels`, `duration`, `error`, `protobuf`) must use no other module.
+//! The leaf modules (`labels`, `duration`, `error`, `protobuf`) must use no other module,
+//! and the views (`views`) only leaf modules.
 
 #[path = "../../tests/shared/module_graph.rs"]
 mod module_graph;
@@ -23,9 +24,17 @@ fn the_collector_s_modules_have_no_import_cycle() {
         cycles.is_empty(),
         "import cycles between top-level modules: {cycles:?}\n{graph:#?}"
     );
-    for leaf in ["labels", "duration", "error", "protobuf"] {
+    let leaves = ["labels", "duration", "error", "protobuf"];
+    for leaf in leaves {
         assert!(graph[leaf].is_empty(), "{leaf} uses {:?}", graph[leaf]);
     }
+    // The views read the store's read models only: no store, no aggregator, no exporter.
+    assert!(
+        graph["views"].iter().all(|m| leaves.contains(&m.as_str())),
+        "views uses {:?}",
+        graph["views"]
+    );
+    assert!(graph["aggregate"].contains("views"), "{graph:#?}");
 }
 
 #[test]

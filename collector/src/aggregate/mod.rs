@@ -8,10 +8,8 @@
 //! only. Gauges are combined over live sources when rendered (sum, max, min, last) or
 //! kept per source.
 
-pub(crate) mod cluster;
 mod config;
 pub(crate) mod naming;
-pub(crate) mod rows;
 mod store;
 mod wire;
 
@@ -23,46 +21,19 @@ use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequ
 
 pub use config::{AggregateConfig, GaugeAggregation, GaugeRule};
 use store::Store;
-pub(crate) use store::{
-    CheckpointError, FORWARDED_BY, Outcome, ROLE, ROLE_AGGREGATE, RestoreCount, StateFile,
-};
+pub(crate) use store::{CheckpointError, Outcome, RestoreCount, StateFile};
 pub use wire::DecodeError;
 
 use crate::self_metrics::{SelfMetrics, Transport};
+use crate::views::{
+    self,
+    cluster::{ClusterReading, CollectorClock},
+    exposition::{self, Format},
+    rows::{OtlpRows, Rows},
+};
 
-/// What kind of series a metric has.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum MetricKind {
-    /// A monotonic sum.
-    Counter,
-    /// A gauge or a non-monotonic sum.
-    Gauge,
-    /// An explicit-bucket histogram.
-    Histogram,
-}
-
-impl MetricKind {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            MetricKind::Counter => "counter",
-            MetricKind::Gauge => "gauge",
-            MetricKind::Histogram => "histogram",
-        }
-    }
-}
-
-pub(crate) use crate::labels::RefusalReason;
-
-/// Which Prometheus view to render.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    /// `/metrics`: counters, histograms and summable gauges aggregated over the
-    /// source identity; per-source gauges with identity labels; derived and
-    /// self metrics.
-    Fleet,
-    /// `/metrics/sources`: every family per live source, identity labels kept.
-    Sources,
-}
+pub(crate) use crate::labels::{MetricKind, RefusalReason};
+pub use crate::views::View;
 
 /// The result of ingesting one export request, for the OTLP response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +45,11 @@ pub struct IngestResult {
     /// Why (the first refusal's message), empty when nothing was refused.
     pub message: String,
 }
+
+/// Why an OTLP/JSON body was refused as a whole ([`Aggregator::ingest_json`]).
+#[derive(Debug, thiserror::Error)]
+#[error("body is not OTLP/JSON ExportMetricsServiceRequest: {0}")]
+pub struct JsonError(serde_json::Error);
 
 /// A copy of the aggregation state taken by [`Aggregator::snapshot_state`].
 pub struct StateSnapshot {
@@ -328,6 +304,22 @@ impl Aggregator {
         })
     }
 
+    /// Reads one OTLP/JSON `ExportMetricsServiceRequest` (the HTTP receiver's
+    /// `application/json`): parsed into the protobuf message, then read as
+    /// [`Aggregator::ingest_protobuf`] reads bytes, by the same validating walker, so
+    /// both encodings are refused and counted by one set of rules (ADR 0019 measures
+    /// what the re-encoding costs next to the parse). A body that is not OTLP/JSON is
+    /// refused as a whole and changes nothing.
+    pub fn ingest_json(
+        &self,
+        bytes: &[u8],
+        transport: Transport,
+    ) -> Result<IngestResult, JsonError> {
+        let request =
+            serde_json::from_slice::<ExportMetricsServiceRequest>(bytes).map_err(JsonError)?;
+        Ok(self.ingest(&request, transport))
+    }
+
     /// Forgets series silent for longer than `forget_after`.
     pub(crate) fn sweep(&self) {
         let now = self.now();
@@ -335,18 +327,59 @@ impl Aggregator {
     }
 
     /// The rows of a view, read under the lock; encoders format them after it.
-    pub(crate) fn rows(&self, view: View) -> rows::Rows {
+    pub(crate) fn rows(&self, view: View) -> Rows {
         let now = self.now();
         let store = self.read();
         store::rows(&store, view, now, &self.stats)
     }
 
-    /// The OTLP push's rows, read under the lock; `exporters::otlp_request` builds the
-    /// request after it.
-    pub(crate) fn otlp_rows(&self, include_sources: bool) -> rows::OtlpRows {
+    /// The OTLP push's rows, read under the lock; `views::otlp` builds the request
+    /// after it.
+    pub(crate) fn otlp_rows(&self, include_sources: bool) -> OtlpRows {
         let now = self.now();
         let store = self.read();
         store::otlp_rows(&store, now, include_sources)
+    }
+
+    /// Every source's identity, state, seconds per state, GPU utilisation and
+    /// staleness, read under the lock (the cluster page's model).
+    pub(crate) fn cluster_reading(&self) -> ClusterReading {
+        let now = self.now();
+        let mut reading = store::cluster_read(&self.read(), now);
+        reading.clock = CollectorClock {
+            uptime: now.saturating_sub(CLOCK_BASE),
+            started_unix_nanos: self.started_unix_nanos,
+            counting_since_unix_nanos: self.origin_unix_nanos,
+            restored: self.restored,
+        };
+        reading
+    }
+
+    /// Renders a view as Prometheus text exposition (format 0.0.4).
+    pub fn render(&self, view: View) -> String {
+        exposition::encode(self.rows(view), Format::Text)
+    }
+
+    /// Renders a view as OpenMetrics 1.0 text (what a scraper asking for
+    /// `application/openmetrics-text` gets).
+    pub fn render_openmetrics(&self, view: View) -> String {
+        exposition::encode(self.rows(view), Format::OpenMetrics)
+    }
+
+    /// The OTLP export of the fleet view (and of every live source's series when
+    /// `include_sources`), with the number of points it carries: the rows are read under
+    /// the lock, the request built after it.
+    pub(crate) fn export_request(
+        &self,
+        include_sources: bool,
+    ) -> (ExportMetricsServiceRequest, u64) {
+        let rows = self.otlp_rows(include_sources);
+        views::otlp::encode(
+            &rows,
+            self.origin_unix_nanos(),
+            unix_nanos(),
+            self.instance_id(),
+        )
     }
 
     /// When the aggregation state began (unix ns): the start time of every fleet series.

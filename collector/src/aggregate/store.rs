@@ -113,14 +113,7 @@ pub(crate) struct Source {
     aggregate: bool,
 }
 
-/// The resource attribute a collector's fleet export carries: its series are a lower
-/// tier's sums (their points keep their own `job`).
-pub(crate) const ROLE: &str = "higgsmeter.collector.role";
-/// [`ROLE`]'s value.
-pub(crate) const ROLE_AGGREGATE: &str = "aggregate";
-/// The resource attribute of a source forwarded with `include_sources`: the instance id
-/// of the collector that forwarded it.
-pub(crate) const FORWARDED_BY: &str = "higgsmeter.forwarded_by";
+pub(crate) use crate::labels::{FORWARDED_BY, ROLE, ROLE_AGGREGATE};
 
 pub(crate) enum Value {
     Counter { value: f64 },

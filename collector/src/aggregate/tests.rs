@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use super::store::{Outcome, StateFile, Store};
 use super::*;
-use crate::exporters::exposition::Format;
+use crate::views::exposition::Format;
 
 const SEC: u64 = 1_000_000_000;
 
@@ -149,7 +149,7 @@ fn render_as(store: &Store, view: View, now: u64, format: Format) -> String {
         now,
         &crate::self_metrics::SelfMetrics::default(),
     );
-    crate::exporters::exposition::encode(rows, format)
+    crate::views::exposition::encode(rows, format)
 }
 
 fn render(store: &Store, view: View, now: u64) -> String {
@@ -1143,7 +1143,7 @@ fn a_gateway_sums_agents_once_with_or_without_forwarded_sources() {
         }
         assert_eq!(fleet_counter(&agent, "busy"), 6.0);
         let rows = super::store::otlp_rows(&agent, SEC, include_sources);
-        let (req, _) = crate::exporters::otlp_request::encode(&rows, 5, 25, "agent-a");
+        let (req, _) = crate::views::otlp::encode(&rows, 5, 25, "agent-a");
         let mut gateway = Store::new(config());
         // Twice: a repeated cumulative push changes nothing.
         ingest(&mut gateway, &req, 2 * SEC);
@@ -1274,8 +1274,8 @@ fn parallel_ingest_is_exact() {
         .expect("the histogram family");
     match &h.rows[..] {
         [
-            rows::Row {
-                value: rows::RowValue::Hist { count, sum, at, .. },
+            crate::views::rows::Row {
+                value: crate::views::rows::RowValue::Hist { count, sum, at, .. },
                 ..
             },
         ] => {

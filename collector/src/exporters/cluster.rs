@@ -14,9 +14,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
-use super::cluster_json::{ClusterHistory, cluster_json};
-use super::cluster_timeline::{Timeline, timeline_json, window_from_query};
 use crate::aggregate::Aggregator;
+use crate::views::cluster_json::{ClusterHistory, cluster_json};
+use crate::views::cluster_timeline::{Timeline, timeline_json, window_from_query};
 
 /// The page, embedded at build time.
 const PAGE: &str = include_str!("../../assets/cluster.html");

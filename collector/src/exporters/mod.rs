@@ -8,13 +8,8 @@
 
 pub(crate) mod client;
 pub(crate) mod cluster;
-pub(crate) mod cluster_json;
-pub(crate) mod cluster_timeline;
 mod connect;
-pub(crate) mod exposition;
-mod format;
 pub(crate) mod otlp;
-pub(crate) mod otlp_request;
 pub(crate) mod prometheus;
 pub(crate) mod push;
 pub(crate) mod remote_write;

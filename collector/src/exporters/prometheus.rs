@@ -16,13 +16,13 @@ use serde::Deserialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::exposition::{Encoder, Format};
 use crate::aggregate::{Aggregator, View};
 use crate::component::{ComponentId, Context, Started};
 use crate::error::Error;
 use crate::net::LimitedListener;
 use crate::self_metrics::Listener;
 use crate::tls::TlsServerSettings;
+use crate::views::exposition::{Encoder, Format};
 
 /// `exporters.prometheus` (and `prometheus/NAME`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -15,7 +15,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use tokio_util::sync::CancellationToken;
 
 use serde::Deserialize;
@@ -363,9 +362,10 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap, body: Body) 
             .aggregator
             .ingest_protobuf(&bytes, Transport::Http)
             .map_err(|e| format!("body is not an OTLP ExportMetricsServiceRequest: {e}")),
-        Encoding::Json => serde_json::from_slice::<ExportMetricsServiceRequest>(&bytes)
-            .map(|request| state.aggregator.ingest(&request, Transport::Http))
-            .map_err(|e| format!("body is not OTLP/JSON ExportMetricsServiceRequest: {e}")),
+        Encoding::Json => state
+            .aggregator
+            .ingest_json(&bytes, Transport::Http)
+            .map_err(|e| e.to_string()),
     };
     match result {
         Ok(result) => encode(encoding, StatusCode::OK, &response(&result)),

@@ -50,6 +50,11 @@ pub(crate) struct Hist {
 }
 
 impl Hist {
+    /// Its row in a view's read model (the counts copied into the rows' buffer).
+    pub(crate) fn row(&self, rows: &mut crate::views::rows::Rows) -> crate::views::rows::RowValue {
+        rows.hist(&self.bounds, &self.counts, self.count, self.sum)
+    }
+
     pub(super) fn empty(bounds: &[f64]) -> Hist {
         Hist {
             bounds: bounds.into(),

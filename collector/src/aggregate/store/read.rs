@@ -1,5 +1,5 @@
 //! The store's read side: under the aggregator's lock, the rows of a Prometheus view,
-//! of the OTLP push and of the cluster page (`aggregate::rows`, `aggregate::cluster`),
+//! of the OTLP push and of the cluster page (`views::rows`, `views::cluster`),
 //! copied out for the encoders (`exporters/`) to format after the lock is released.
 
 use std::collections::HashMap;
@@ -9,13 +9,13 @@ use higgsmeter_catalog::{
     COLLECTOR_SERIES, COLLECTOR_SOURCES, Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
 };
 
-use super::super::cluster::{ClusterReading, CollectorClock, SourceReading, rank_order};
 use super::super::config::{GaugeAcc, GaugeAggregation};
 use super::super::naming::render_labels;
-use super::super::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row, RowValue, Rows};
 use super::super::{MetricKind, View};
 use super::{FleetRead, Store, TARGET_INFO, Value, value_string};
 use crate::self_metrics::SelfMetrics;
+use crate::views::cluster::{ClusterReading, CollectorClock, SourceReading, rank_order};
+use crate::views::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row, RowValue, Rows};
 
 /// One row of a view, before liveness and value checks.
 #[derive(Clone, Copy)]
@@ -141,7 +141,7 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
                     (Value::Counter { value } | Value::Gauge { value, .. }, View::Sources) => {
                         RowValue::Number(*value)
                     }
-                    (Value::Histogram(h), View::Sources) => out.hist(h),
+                    (Value::Histogram(h), View::Sources) => h.row(&mut out),
                 };
                 (s.metric, &s.labels, value)
             }
@@ -151,7 +151,7 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
                 };
                 let value = match f.value() {
                     FleetRead::Counter(v) => RowValue::Number(v),
-                    FleetRead::Histogram(h) => out.hist(&h),
+                    FleetRead::Histogram(h) => h.row(&mut out),
                     FleetRead::Gauge => match gauges.get(i as usize).copied().flatten() {
                         Some((v, _)) => RowValue::Number(v),
                         None => continue,
@@ -353,7 +353,7 @@ pub(crate) fn otlp_rows(store: &Store, now: u64, include_sources: bool) -> OtlpR
     for (i, f) in store.fleet.iter().enumerate() {
         let value = match f.value() {
             FleetRead::Counter(v) => RowValue::Number(v),
-            FleetRead::Histogram(h) => counts.hist(&h),
+            FleetRead::Histogram(h) => h.row(&mut counts),
             FleetRead::Gauge => match gauges[i] {
                 Some((v, _)) => RowValue::Number(v),
                 None => continue,
@@ -375,7 +375,7 @@ pub(crate) fn otlp_rows(store: &Store, now: u64, include_sources: bool) -> OtlpR
             }
             let value = match &state.value {
                 Value::Counter { value } | Value::Gauge { value, .. } => RowValue::Number(*value),
-                Value::Histogram(h) => counts.hist(h),
+                Value::Histogram(h) => h.row(&mut counts),
             };
             per_source.entry(s.source).or_default().push(OtlpPoint {
                 metric: s.metric,

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use prost::Message as _;
 
 use super::prompb::{self, Label, MetricMetadata, Sample, TimeSeries, WriteRequest};
-use crate::aggregate::rows::{FamilyKind, RowValue, Rows};
-use crate::exporters::format::format_value;
+use crate::views::format::format_value;
+use crate::views::rows::{FamilyKind, RowValue, Rows};
 
 /// One compressed request, ready to send.
 #[derive(Debug, Clone)]

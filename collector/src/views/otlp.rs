@@ -1,6 +1,6 @@
 //! The OTLP encoder: the fleet view (and with `include_sources` every live source's
 //! series) as an `ExportMetricsServiceRequest`, built from the rows read under the
-//! aggregator's lock (`aggregate::rows::otlp_rows`) after it is released.
+//! aggregator's lock (`Aggregator::otlp_rows`) after it is released.
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
@@ -10,8 +10,8 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use crate::aggregate::rows::{Attrs, OtlpPoint, OtlpRows, RowValue};
-use crate::aggregate::{Aggregator, FORWARDED_BY, MetricKind, ROLE, ROLE_AGGREGATE, unix_nanos};
+use super::rows::{Attrs, OtlpPoint, OtlpRows, RowValue};
+use crate::labels::{FORWARDED_BY, MetricKind, ROLE, ROLE_AGGREGATE};
 
 fn kv(k: &str, v: &str) -> KeyValue {
     KeyValue {
@@ -187,22 +187,4 @@ pub(crate) fn encode(
         },
         points,
     )
-}
-
-impl Aggregator {
-    /// The OTLP export of the fleet view (and of every live source's series when
-    /// `include_sources`), with the number of points it carries: the rows are read under
-    /// the lock, the request built after it.
-    pub(crate) fn export_request(
-        &self,
-        include_sources: bool,
-    ) -> (ExportMetricsServiceRequest, u64) {
-        let rows = self.otlp_rows(include_sources);
-        encode(
-            &rows,
-            self.origin_unix_nanos(),
-            unix_nanos(),
-            self.instance_id(),
-        )
-    }
 }

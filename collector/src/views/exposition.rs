@@ -1,5 +1,5 @@
 //! The Prometheus encoders: a view's rows (read under the aggregator's lock, see
-//! `aggregate::rows`) formatted as text exposition 0.0.4 or OpenMetrics 1.0, after the
+//! `views::rows`) formatted as text exposition 0.0.4 or OpenMetrics 1.0, after the
 //! lock is released, in chunks: a scrape of a 60 MB view streams, never builds one
 //! string.
 //!
@@ -10,8 +10,7 @@
 use bytes::Bytes;
 
 use super::format::{escape_help, format_u64, format_value};
-use crate::aggregate::rows::{FamilyKind, FamilyRows, Row, RowValue, Rows};
-use crate::aggregate::{Aggregator, View};
+use super::rows::{FamilyKind, FamilyRows, Row, RowValue, Rows};
 
 /// Which exposition format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,21 +227,7 @@ fn write_row(out: &mut String, rows: &Rows, name: &str, row: &Row, les: &mut LeC
     }
 }
 
-impl Aggregator {
-    /// Renders a view as Prometheus text exposition (format 0.0.4).
-    pub fn render(&self, view: View) -> String {
-        Encoder::new(self.rows(view), Format::Text).into_string()
-    }
-
-    /// Renders a view as OpenMetrics 1.0 text (what a scraper asking for
-    /// `application/openmetrics-text` gets).
-    pub fn render_openmetrics(&self, view: View) -> String {
-        Encoder::new(self.rows(view), Format::OpenMetrics).into_string()
-    }
-}
-
-/// Encodes `rows` whole (tests).
-#[cfg(test)]
+/// Encodes `rows` whole.
 pub(crate) fn encode(rows: Rows, format: Format) -> String {
     Encoder::new(rows, format).into_string()
 }

@@ -1,6 +1,6 @@
 //! The cluster view's JSON (`GET /api/cluster`): every source's identity, current state,
 //! seconds per state since it started, its share per state over the last minute, GPU
-//! utilisation and staleness, encoded from the readings `aggregate::cluster` takes
+//! utilisation and staleness, encoded from the readings `views::cluster` takes
 //! under the lock.
 //!
 //! "Last minute" needs history the store does not keep (it holds only each counter's
@@ -19,7 +19,7 @@ use higgsmeter_catalog::{
 use serde::Serialize;
 use serde_json::{Map, Value as Json};
 
-use crate::aggregate::cluster::{ClusterReading, SourceReading};
+use super::cluster::{ClusterReading, SourceReading};
 
 const NANOS: f64 = 1e9;
 
@@ -362,9 +362,9 @@ mod tests {
     use opentelemetry_proto::tonic::resource::v1::Resource;
 
     use super::*;
-    use crate::aggregate::cluster::CollectorClock;
     use crate::aggregate::{AggregateConfig, Aggregator};
     use crate::self_metrics::{SelfMetrics, Transport};
+    use crate::views::cluster::CollectorClock;
 
     const S: u64 = 1_000_000_000;
 

@@ -1,9 +1,7 @@
 //! The cluster view's read model: every source's identity, current state, seconds per
 //! state since it started, GPU utilisation and staleness, read under the aggregator's
 //! lock (`store::cluster_read`). The history and the JSON the page reads are built from these
-//! readings after the lock is released (`exporters::cluster_json`).
-
-use super::Aggregator;
+//! readings after the lock is released (`views::cluster_json`).
 
 /// One source as read from the store at one instant.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,19 +71,4 @@ pub(crate) fn rank_order(a: &SourceReading, b: &SourceReading) -> std::cmp::Orde
     .then_with(|| a.service_name.cmp(&b.service_name))
     .then_with(|| a.service_instance_id.cmp(&b.service_instance_id))
     .then_with(|| a.key.cmp(&b.key))
-}
-
-impl Aggregator {
-    /// Every source's identity, state, seconds per state, GPU utilisation and staleness.
-    pub(crate) fn cluster_reading(&self) -> ClusterReading {
-        let now = self.now();
-        let mut reading = super::store::cluster_read(&self.read(), now);
-        reading.clock = CollectorClock {
-            uptime: now.saturating_sub(super::CLOCK_BASE),
-            started_unix_nanos: self.started_unix_nanos,
-            counting_since_unix_nanos: self.origin_unix_nanos,
-            restored: self.restored,
-        };
-        reading
-    }
 }

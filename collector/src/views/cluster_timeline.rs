@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use higgsmeter_catalog::{STATE_GPU, STATES, state_by_code, state_by_name};
 use serde::Serialize;
 
-use crate::aggregate::cluster::{ClusterReading, SourceReading};
+use super::cluster::{ClusterReading, SourceReading};
 
 const NANOS: u64 = 1_000_000_000;
 
@@ -543,7 +543,7 @@ mod tests {
     #![allow(clippy::unwrap_used, reason = "test code")]
 
     use super::*;
-    use crate::aggregate::cluster::CollectorClock;
+    use crate::views::cluster::CollectorClock;
 
     const S: u64 = NANOS;
 

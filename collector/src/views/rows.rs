@@ -1,6 +1,6 @@
 //! The read model of the Prometheus views: under the aggregator's lock the store
 //! produces a view's rows (families in exposition order, each with its samples' labels
-//! and values); encoders (`exporters::exposition`: text 0.0.4 and OpenMetrics 1.0)
+//! and values); encoders (`views::exposition`: text 0.0.4 and OpenMetrics 1.0)
 //! format them after the lock is released. Labels are shared with the store (`Arc`),
 //! histogram counts copied into one buffer, so taking the rows is a copy of numbers.
 
@@ -8,8 +8,7 @@ use std::sync::Arc;
 
 use higgsmeter_catalog::Kind;
 
-use super::MetricKind;
-use super::store::Hist;
+use crate::labels::MetricKind;
 
 /// A family's type, as the encoders write it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,18 +109,26 @@ impl Rows {
         &mut self.families[last].rows
     }
 
-    pub(crate) fn hist(&mut self, h: &Hist) -> RowValue {
+    /// A histogram's row: its bucket counts appended to the shared buffer (its count
+    /// alone when it has no buckets).
+    pub(crate) fn hist(
+        &mut self,
+        bounds: &Arc<[f64]>,
+        counts: &[u64],
+        count: u64,
+        sum: f64,
+    ) -> RowValue {
         let at = self.counts.len();
-        if h.counts.is_empty() {
-            self.counts.push(h.count);
+        if counts.is_empty() {
+            self.counts.push(count);
         } else {
-            self.counts.extend_from_slice(&h.counts);
+            self.counts.extend_from_slice(counts);
         }
         RowValue::Hist {
-            bounds: h.bounds.clone(),
+            bounds: bounds.clone(),
             at,
-            count: h.count,
-            sum: h.sum,
+            count,
+            sum,
         }
     }
 }
