@@ -99,6 +99,66 @@ pub(crate) trait Registry: Sized {
     fn read<'de, A: MapAccess<'de>>(id: &ComponentId, map: &mut A) -> Result<Self, A::Error>;
 }
 
+/// How a component type's settings are read from the config (the value under its
+/// key): its module decides whether a bare key means its defaults
+/// ([`defaults_if_null`]) or names what it needs ([`required`]).
+pub(crate) trait ReadSettings: Sized {
+    /// Reads the settings of `id` as the map's next value.
+    fn read<'de, A: MapAccess<'de>>(id: &ComponentId, map: &mut A) -> Result<Self, A::Error>;
+}
+
+/// Declares a section's component types, one line each (`"type" => Variant(Settings)`):
+/// the enum of their settings, its [`Registry`] (the type names, each read by its
+/// settings' [`ReadSettings`]), and `settings()`, the configured instance behind the
+/// section's trait (`ExporterSettings`, `ReceiverSettings`), which plans it. Adding a
+/// type is its module plus its line here (ADR 0016, *the drill*).
+macro_rules! registry {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident: $what:literal, dyn $settings_trait:path {
+            $($(#[$vmeta:meta])* $key:literal => $variant:ident($settings:ty),)+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant($settings),)+
+        }
+
+        impl $crate::component::Registry for $name {
+            const WHAT: &'static str = $what;
+            const TYPES: &'static [&'static str] = &[$($key),+];
+
+            fn read<'de, A: ::serde::de::MapAccess<'de>>(
+                id: &$crate::component::ComponentId,
+                map: &mut A,
+            ) -> Result<Self, A::Error> {
+                $(
+                    if id.kind() == $key {
+                        let settings = <$settings as $crate::component::ReadSettings>::read(id, map)?;
+                        return Ok($name::$variant(settings));
+                    }
+                )+
+                Err(<A::Error as ::serde::de::Error>::custom(format!(
+                    "unknown {} type `{}`",
+                    $what,
+                    id.kind()
+                )))
+            }
+        }
+
+        impl $name {
+            /// The instance's settings, behind the section's trait.
+            pub(crate) fn settings(&self) -> &dyn $settings_trait {
+                match self {
+                    $($name::$variant(s) => s,)+
+                }
+            }
+        }
+    };
+}
+pub(crate) use registry;
+
 /// `receivers` or `exporters`: every configured instance by its key.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Components<T>(pub BTreeMap<ComponentId, T>);

@@ -167,7 +167,7 @@ impl Config {
         let mut receivers = Vec::new();
         for (i, key) in pipeline.receivers.iter().enumerate() {
             let (id, r) = lookup(&self.receivers, key, &format!("{path}.receivers[{i}]"))?;
-            receivers.extend(r.plan(&id, env)?);
+            receivers.extend(r.settings().plan(&id, env)?);
         }
         if receivers.is_empty() {
             return Err(config_error(
@@ -188,7 +188,7 @@ impl Config {
         let mut exporters = Vec::new();
         for (i, key) in pipeline.exporters.iter().enumerate() {
             let (id, e) = lookup(&self.exporters, key, &format!("{path}.exporters[{i}]"))?;
-            exporters.push(e.plan(&id)?);
+            exporters.push(e.settings().metrics_plan(&id)?);
         }
         let traces = match &self.service.pipelines.traces {
             Some(p) => self.traces_plan(p)?,
@@ -295,7 +295,7 @@ impl Config {
         for (i, key) in p.exporters.iter().enumerate() {
             let epath = format!("{path}.exporters[{i}]");
             let (id, e) = lookup(&self.exporters, key, &epath)?;
-            match e.plan_traces(&id) {
+            match e.settings().traces_plan(&id) {
                 Some(plan) => out.push(plan?),
                 None => {
                     return Err(config_error(

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures_util::FutureExt as _;
 use prost::Message as _;
 use serde::Deserialize;
+use serde::de::MapAccess;
 
 use super::client::{ClientSettings, GrpcClient, HttpClient, OtlpClient, protobuf_headers};
 use super::push::{self, Batch, Outcomes, Push, Reading, Schedule, SendResult, Signal};
@@ -20,8 +21,9 @@ use super::settings::{
     Compression, Headers, RetryOnFailure, SendingQueue, check_push, check_security, check_url,
     default_export_interval, default_timeout,
 };
+use super::{Exporter, ExporterPlan, ExporterSettings};
 use crate::aggregate::Aggregator;
-use crate::component::{ComponentId, Context, Started};
+use crate::component::{ComponentId, Context, ReadSettings, Started, required};
 use crate::duration as duration_serde;
 use crate::error::Error;
 use crate::tls::TlsClientSettings;
@@ -152,14 +154,42 @@ impl OtlpPlan {
     pub fn settings(&self) -> &OtlpExporter {
         &self.settings
     }
+}
 
+impl ReadSettings for OtlpExporter {
+    /// `otlp` and `otlphttp` need at least an `endpoint`.
+    fn read<'de, A: MapAccess<'de>>(id: &ComponentId, map: &mut A) -> Result<Self, A::Error> {
+        required(id, "endpoint", map)
+    }
+}
+
+/// The protocol of an exporter by its type: `otlphttp` pushes OTLP/HTTP, `otlp` gRPC.
+fn protocol(id: &ComponentId) -> PushProtocol {
+    if id.kind() == "otlphttp" {
+        PushProtocol::Http
+    } else {
+        PushProtocol::Grpc
+    }
+}
+
+impl ExporterSettings for OtlpExporter {
+    fn metrics_plan(&self, id: &ComponentId) -> Result<ExporterPlan, Error> {
+        Ok(ExporterPlan::Otlp(self.plan(id, protocol(id))?))
+    }
+
+    fn traces_plan(&self, id: &ComponentId) -> Option<Result<OtlpPlan, Error>> {
+        Some(self.plan_traces(id, protocol(id)))
+    }
+}
+
+impl Exporter for OtlpPlan {
     /// `otlp/primary http://...`: the exporter in a pipeline line.
-    pub(crate) fn describe(&self) -> String {
+    fn describe(&self) -> String {
         format!("{} {}", self.id, self.settings.endpoint)
     }
 
     /// Its line under `exporters:` in `--check-config`.
-    pub(crate) fn summary(&self) -> String {
+    fn summary(&self) -> String {
         let e = &self.settings;
         format!(
             "  {} to {}: every {}, timeout {}, per-source series {}",
@@ -176,11 +206,11 @@ impl OtlpPlan {
     }
 
     /// Starts pushing the aggregate (nothing to bind: the client is made as it runs).
-    pub(crate) fn start(self, ctx: &Context) -> Started {
-        Started {
+    async fn start(self, ctx: &Context) -> Result<Started, Error> {
+        Ok(Started {
             address: None,
             run: run(self, ctx.clone()).boxed(),
-        }
+        })
     }
 }
 

@@ -13,11 +13,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use futures_util::FutureExt as _;
 use serde::Deserialize;
+use serde::de::MapAccess;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use super::{Exporter, ExporterPlan, ExporterSettings};
 use crate::aggregate::{Aggregator, View};
-use crate::component::{ComponentId, Context, Started};
+use crate::component::{ComponentId, Context, ReadSettings, Started, defaults_if_null};
 use crate::error::Error;
 use crate::net::LimitedListener;
 use crate::self_metrics::Listener;
@@ -43,6 +45,68 @@ impl Default for PrometheusExporter {
             sources_view: true,
             tls: None,
         }
+    }
+}
+
+impl ReadSettings for PrometheusExporter {
+    /// A bare `prometheus:` is the endpoint on its defaults.
+    fn read<'de, A: MapAccess<'de>>(_id: &ComponentId, map: &mut A) -> Result<Self, A::Error> {
+        defaults_if_null(map)
+    }
+}
+
+impl ExporterSettings for PrometheusExporter {
+    fn metrics_plan(&self, id: &ComponentId) -> Result<ExporterPlan, Error> {
+        Ok(ExporterPlan::Prometheus(self.plan(id)?))
+    }
+}
+
+impl Exporter for PrometheusPlan {
+    /// `prometheus 127.0.0.1:9464`: the exporter in a pipeline line.
+    fn describe(&self) -> String {
+        format!("{} {}", self.id, self.addr)
+    }
+
+    /// Its line under `exporters:` in `--check-config`.
+    fn summary(&self) -> String {
+        format!(
+            "  {} on {}: /metrics (fleet){}, /, /api/cluster and /api/cluster/timeline (cluster page)",
+            self.id,
+            self.addr,
+            if self.sources_view {
+                ", /metrics/sources (per source)"
+            } else {
+                ""
+            }
+        )
+    }
+
+    /// How it is secured, for `--check-config`.
+    fn security(&self) -> Option<String> {
+        Some(format!(
+            "{} {}: {}",
+            Listener::Prometheus.role(),
+            self.id,
+            crate::tls::describe(&self.tls)
+        ))
+    }
+
+    /// Takes its port and reads its TLS files.
+    async fn start(self, ctx: &Context) -> Result<Started, Error> {
+        let key = format!("exporters.{}", self.id);
+        let (listener, addr, tls) =
+            crate::component::listen(ctx, Listener::Prometheus, &key, self.addr, &self.tls).await?;
+        Ok(Started {
+            address: Some((Listener::Prometheus, addr)),
+            run: serve(
+                listener,
+                self.sources_view,
+                tls,
+                ctx.aggregator.clone(),
+                ctx.stop.clone(),
+            )
+            .boxed(),
+        })
     }
 }
 
@@ -73,53 +137,6 @@ impl PrometheusPlan {
     /// Where it listens (as configured: port 0 picks one at start).
     pub fn address(&self) -> SocketAddr {
         self.addr
-    }
-
-    /// `prometheus 127.0.0.1:9464`: the exporter in a pipeline line.
-    pub(crate) fn describe(&self) -> String {
-        format!("{} {}", self.id, self.addr)
-    }
-
-    /// Its line under `exporters:` in `--check-config`.
-    pub(crate) fn summary(&self) -> String {
-        format!(
-            "  {} on {}: /metrics (fleet){}, /, /api/cluster and /api/cluster/timeline (cluster page)",
-            self.id,
-            self.addr,
-            if self.sources_view {
-                ", /metrics/sources (per source)"
-            } else {
-                ""
-            }
-        )
-    }
-
-    /// How it is secured, for `--check-config`.
-    pub(crate) fn security(&self) -> String {
-        format!(
-            "{} {}: {}",
-            Listener::Prometheus.role(),
-            self.id,
-            crate::tls::describe(&self.tls)
-        )
-    }
-
-    /// Takes its port and reads its TLS files.
-    pub(crate) async fn start(self, ctx: &Context) -> Result<Started, Error> {
-        let key = format!("exporters.{}", self.id);
-        let (listener, addr, tls) =
-            crate::component::listen(ctx, Listener::Prometheus, &key, self.addr, &self.tls).await?;
-        Ok(Started {
-            address: Some((Listener::Prometheus, addr)),
-            run: serve(
-                listener,
-                self.sources_view,
-                tls,
-                ctx.aggregator.clone(),
-                ctx.stop.clone(),
-            )
-            .boxed(),
-        })
     }
 }
 

@@ -24,6 +24,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 
+use super::Exporter as _;
 use crate::aggregate::{AggregateConfig, Aggregator};
 use crate::component::{ComponentId, Context};
 use crate::config::{
@@ -221,7 +222,8 @@ async fn run_metrics(
     let cancel = CancellationToken::new();
     let plan = otlp_plan(protocol, cfg);
     let exporter = stats.exporter(&plan.id().to_string(), Signal::Metrics);
-    let task = tokio::spawn(plan.start(&context(aggregator(), &stats, &cancel)).run);
+    let started = plan.start(&context(aggregator(), &stats, &cancel)).await;
+    let task = tokio::spawn(started.expect("an OTLP push starts").run);
     until("the exporter's counters", || done(&exporter)).await;
     cancel.cancel();
     tokio::time::timeout(Duration::from_secs(10), task)
@@ -428,11 +430,10 @@ async fn a_stuck_upstream_never_blocks_ingest() {
     let mut cfg = exporter(format!("http://{addr}"));
     cfg.timeout = Duration::from_millis(200);
     cfg.sending_queue.traces_queue_mib = 1;
-    let metrics = tokio::spawn(
-        otlp_plan(PushProtocol::Grpc, cfg.clone())
-            .start(&context(aggregator.clone(), &stats, &cancel))
-            .run,
-    );
+    let started = otlp_plan(PushProtocol::Grpc, cfg.clone())
+        .start(&context(aggregator.clone(), &stats, &cancel))
+        .await;
+    let metrics = tokio::spawn(started.expect("an OTLP push starts").run);
     let (forwarder, tasks) = super::traces::start(
         vec![otlp_plan(PushProtocol::Http, cfg)],
         stats.clone(),

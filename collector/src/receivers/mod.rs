@@ -6,7 +6,8 @@
 //!
 //! Each receiver type owns its settings and their checks: `otlp` (and `otlp/NAME`)
 //! here, with its two protocols' listeners in `grpc.rs` and `http.rs`.
-//! [`ReceiverConfig`] is the registry of types (ADR 0016).
+//! [`ReceiverConfig`] is the registry of types: a new one is its module plus its line
+//! there (ADR 0016).
 
 pub(crate) mod grpc;
 pub(crate) mod http;
@@ -26,7 +27,7 @@ use tokio::net::TcpListener;
 
 use crate::aggregate::{Aggregator, IngestResult};
 use crate::auth::{AuthSettings, BearerAuth, BearerTokenAuthConfig};
-use crate::component::{ComponentId, Context, PlanEnv, Registry, Started, defaults_if_null};
+use crate::component::{ComponentId, Context, PlanEnv, ReadSettings, Started, defaults_if_null};
 use crate::duration::{show, show_bytes};
 use crate::error::Error;
 use crate::forward::TraceForwarder;
@@ -41,32 +42,25 @@ pub use http::HttpReceiver;
 /// room for a node's ranks and exporters many times over.
 pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 128;
 
-/// One configured receiver's settings, by type.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ReceiverConfig {
-    /// `otlp`: OTLP over gRPC and/or HTTP.
-    Otlp(OtlpReceiver),
-}
-
-impl Registry for ReceiverConfig {
-    const WHAT: &'static str = "receiver";
-    const TYPES: &'static [&'static str] = &["otlp"];
-
-    fn read<'de, A: MapAccess<'de>>(_id: &ComponentId, map: &mut A) -> Result<Self, A::Error> {
-        Ok(ReceiverConfig::Otlp(defaults_if_null(map)?))
+crate::component::registry! {
+    /// One configured receiver's settings, by type.
+    pub enum ReceiverConfig: "receiver", dyn ReceiverSettings {
+        /// `otlp`: OTLP over gRPC and/or HTTP.
+        "otlp" => Otlp(OtlpReceiver),
     }
 }
 
-impl ReceiverConfig {
-    /// Checks the settings of receiver `id`: one plan per listener.
-    pub(crate) fn plan(
-        &self,
-        id: &ComponentId,
-        env: PlanEnv<'_>,
-    ) -> Result<Vec<ReceiverPlan>, Error> {
-        match self {
-            ReceiverConfig::Otlp(r) => r.plan(id, env),
-        }
+/// What a receiver type's settings do once read: their checks, into one plan per
+/// listener.
+pub(crate) trait ReceiverSettings {
+    /// Checks the settings of receiver `id`.
+    fn plan(&self, id: &ComponentId, env: PlanEnv<'_>) -> Result<Vec<ReceiverPlan>, Error>;
+}
+
+impl ReadSettings for OtlpReceiver {
+    /// A bare `otlp:` is both protocols on their default endpoints.
+    fn read<'de, A: MapAccess<'de>>(_id: &ComponentId, map: &mut A) -> Result<Self, A::Error> {
+        defaults_if_null(map)
     }
 }
 
@@ -102,7 +96,7 @@ pub struct Protocols {
     pub http: Option<HttpReceiver>,
 }
 
-impl OtlpReceiver {
+impl ReceiverSettings for OtlpReceiver {
     fn plan(&self, id: &ComponentId, env: PlanEnv<'_>) -> Result<Vec<ReceiverPlan>, Error> {
         let p = &self.protocols;
         if p.grpc.is_none() && p.http.is_none() {

@@ -26,11 +26,14 @@ pub use config::RemoteWriteExporter;
 pub(crate) use config::SOURCES_VIEW_LABEL;
 use encode::{BatchBuilder, Extra};
 
+use serde::de::MapAccess;
+
 use super::client::{ClientSettings, HttpClient};
 use super::push::{self, Batch, Outcomes, Push, Reading, Schedule, SendResult, Signal};
 use super::settings::{Compression, check_security};
+use super::{Exporter, ExporterPlan, ExporterSettings};
 use crate::aggregate::{Aggregator, View};
-use crate::component::{ComponentId, Context, Started};
+use crate::component::{ComponentId, Context, ReadSettings, Started, required};
 use crate::error::Error;
 use crate::self_metrics::ExporterStats;
 
@@ -54,14 +57,27 @@ pub struct RemoteWritePlan {
     pub(crate) settings: RemoteWriteExporter,
 }
 
-impl RemoteWritePlan {
+impl ReadSettings for RemoteWriteExporter {
+    /// `prometheusremotewrite` needs at least an `endpoint`.
+    fn read<'de, A: MapAccess<'de>>(id: &ComponentId, map: &mut A) -> Result<Self, A::Error> {
+        required(id, "endpoint", map)
+    }
+}
+
+impl ExporterSettings for RemoteWriteExporter {
+    fn metrics_plan(&self, id: &ComponentId) -> Result<ExporterPlan, Error> {
+        Ok(ExporterPlan::RemoteWrite(self.plan(id)?))
+    }
+}
+
+impl Exporter for RemoteWritePlan {
     /// `prometheusremotewrite http://...`: the exporter in a pipeline line.
-    pub(crate) fn describe(&self) -> String {
+    fn describe(&self) -> String {
         format!("{} {}", self.id, self.settings.endpoint)
     }
 
     /// Its line under `exporters:` in `--check-config`.
-    pub(crate) fn summary(&self) -> String {
+    fn summary(&self) -> String {
         let rw = &self.settings;
         format!(
             "  {} to {}: every {}, timeout {}",
@@ -73,12 +89,12 @@ impl RemoteWritePlan {
     }
 
     /// Starts sending (nothing to bind: the client is made as it runs).
-    pub(crate) fn start(self, ctx: &Context) -> Started {
+    async fn start(self, ctx: &Context) -> Result<Started, Error> {
         let stats = ctx.stats.exporter(&self.id.to_string(), Signal::Metrics);
-        Started {
+        Ok(Started {
             address: None,
             run: run(self, ctx.aggregator.clone(), stats, ctx.stop.clone()).boxed(),
-        }
+        })
     }
 }
 
