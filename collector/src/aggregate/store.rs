@@ -2,7 +2,7 @@
 //!
 //! Time is passed in (nanoseconds on a monotonic clock) so tests can drive it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -25,7 +25,7 @@ mod points;
 mod read;
 
 pub(crate) use accumulate::Hist;
-use index::{IdMap, attrs_equal, attrs_hash, canonical};
+use index::{SeriesIndex, attrs_equal, attrs_hash, canonical};
 pub(crate) use labels::value_string;
 use labels::{SeriesLabels, SourceLabels, series_labels, source_labels};
 
@@ -281,7 +281,11 @@ pub(crate) struct Store {
     source_by_key: HashMap<Vec<(String, String)>, u32>,
     series: Vec<Option<Series>>,
     free_series: Vec<u32>,
-    series_index: IdMap<Vec<u32>>,
+    series_index: SeriesIndex,
+    /// Every series' point attributes, each distinct set once (the same `op="..."`
+    /// recurs in every source and metric): a series holds an `Arc` to its set. Sets no
+    /// series holds any more go at the next sweep.
+    attr_sets: HashSet<std::sync::Arc<[(String, String)]>>,
     series_held: usize,
     fleet: Vec<Fleet>,
     fleet_index: HashMap<(u32, String), u32>,
@@ -352,7 +356,8 @@ impl Store {
             source_by_key: HashMap::new(),
             series: Vec::new(),
             free_series: Vec::new(),
-            series_index: IdMap::default(),
+            series_index: SeriesIndex::default(),
+            attr_sets: HashSet::new(),
             series_held: 0,
             fleet: Vec::new(),
             fleet_index: HashMap::new(),
@@ -635,11 +640,21 @@ impl Store {
     /// [`Store::series_for`]).
     pub(crate) fn find_series(&self, source: u32, metric: u32, attrs: &[Kv<'_>]) -> Option<u32> {
         let hash = attrs_hash(source, metric, attrs);
-        self.series_index.get(&hash)?.iter().copied().find(|&id| {
+        self.series_index.find(hash, |id| {
             self.series[id as usize].as_ref().is_some_and(|s| {
                 s.source == source && s.metric == metric && attrs_equal(&s.attrs, attrs)
             })
         })
+    }
+
+    /// The shared copy of an attribute set (added when it is new).
+    fn attr_set(&mut self, attrs: Vec<(String, String)>) -> std::sync::Arc<[(String, String)]> {
+        if let Some(set) = self.attr_sets.get(attrs.as_slice()) {
+            return set.clone();
+        }
+        let set: std::sync::Arc<[(String, String)]> = attrs.into();
+        self.attr_sets.insert(set.clone());
+        set
     }
 
     /// Finds or creates the per-source series of `attrs`; `bounds` for histograms.
@@ -720,7 +735,7 @@ impl Store {
             name,
             fleet,
             hash,
-            attrs: attrs_key.into(),
+            attrs: self.attr_set(attrs_key),
             labels,
             counted: !src_forwarded,
             state: Mutex::new(SeriesState {
@@ -741,7 +756,7 @@ impl Store {
                 (self.series.len() - 1) as u32
             }
         };
-        self.series_index.entry(hash).or_default().push(id);
+        self.series_index.insert(hash, id);
         self.series_held += 1;
         self.layout = self.layout.wrapping_add(1);
         self.metrics[metric as usize].series += 1;
@@ -754,6 +769,11 @@ impl Store {
 
 #[cfg(test)]
 impl Store {
+    /// Distinct point attribute sets held (tests).
+    pub(crate) fn attr_sets_held(&self) -> usize {
+        self.attr_sets.len()
+    }
+
     /// The sum of the fleet counters of metric `name` (tests).
     pub(crate) fn fleet_counter(&self, name: &str) -> f64 {
         self.fleet

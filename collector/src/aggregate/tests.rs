@@ -259,8 +259,14 @@ fn dead_sources_keep_their_contribution_but_leave_gauges() {
     );
     assert!(!text.contains("rank=\"0\""), "{text}");
     // Forgotten after forget_after: the contribution stays.
+    assert!(s.attr_sets_held() > 0);
     s.sweep(2 * 3600 * SEC);
     assert_eq!(s.series_held(), 0);
+    assert_eq!(
+        s.attr_sets_held(),
+        0,
+        "no attribute set outlives its series"
+    );
     assert_eq!(fleet_counter(&s, "busy"), 6.0);
 }
 

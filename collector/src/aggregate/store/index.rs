@@ -26,6 +26,59 @@ impl Hasher for IdHasher {
 
 pub(super) type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
+/// The series by the hash of their source, metric and attributes: one `u32` per
+/// series (16 bytes a slot), and a second map for the ids whose hash another series
+/// already has (64-bit hashes: next to never). A `Vec` per hash, as before, cost
+/// 32 bytes a slot and a 16-byte allocation per series.
+#[derive(Default)]
+pub(super) struct SeriesIndex {
+    first: IdMap<u32>,
+    more: IdMap<Vec<u32>>,
+}
+
+impl SeriesIndex {
+    /// The first series with `hash` that `is` accepts.
+    pub(super) fn find(&self, hash: u64, is: impl Fn(u32) -> bool) -> Option<u32> {
+        let first = *self.first.get(&hash)?;
+        if is(first) {
+            return Some(first);
+        }
+        self.more.get(&hash)?.iter().copied().find(|&id| is(id))
+    }
+
+    /// Adds series `id` under `hash`.
+    pub(super) fn insert(&mut self, hash: u64, id: u32) {
+        match self.first.entry(hash) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(id);
+            }
+            std::collections::hash_map::Entry::Occupied(_) => {
+                self.more.entry(hash).or_default().push(id);
+            }
+        }
+    }
+
+    /// Removes series `id` from under `hash`.
+    pub(super) fn remove(&mut self, hash: u64, id: u32) {
+        if let Some(more) = self.more.get_mut(&hash) {
+            more.retain(|&x| x != id);
+            let moved = if self.first.get(&hash) == Some(&id) {
+                more.pop()
+            } else {
+                None
+            };
+            if more.is_empty() {
+                self.more.remove(&hash);
+            }
+            if let Some(next) = moved {
+                self.first.insert(hash, next);
+            }
+        } else if self.first.get(&hash) == Some(&id) {
+            self.first.remove(&hash);
+        }
+    }
+}
+
 fn fnv(bytes: &[u8], mut h: u64) -> u64 {
     for b in bytes {
         h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
@@ -75,4 +128,33 @@ pub(super) fn canonical(attrs: &[Kv<'_>]) -> Vec<(String, String)> {
     out.sort();
     out.dedup_by(|a, b| a.0 == b.0);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SeriesIndex;
+
+    #[test]
+    fn ids_that_share_a_hash_are_all_found_and_removed_one_by_one() {
+        let mut index = SeriesIndex::default();
+        for id in [7, 8, 9] {
+            index.insert(42, id);
+        }
+        index.insert(43, 1);
+        for id in [7, 8, 9] {
+            assert_eq!(index.find(42, |x| x == id), Some(id));
+        }
+        assert_eq!(index.find(42, |x| x == 1), None);
+        index.remove(42, 7); // the first: another takes its slot
+        assert_eq!(index.find(42, |x| x == 7), None);
+        assert_eq!(index.find(42, |x| x == 8), Some(8));
+        assert_eq!(index.find(42, |x| x == 9), Some(9));
+        index.remove(42, 9);
+        index.remove(42, 8);
+        assert_eq!(index.find(42, |_| true), None);
+        assert!(index.more.is_empty(), "no empty overflow list is kept");
+        assert_eq!(index.find(43, |_| true), Some(1));
+        index.remove(43, 2); // not there: nothing changes
+        assert_eq!(index.find(43, |_| true), Some(1));
+    }
 }

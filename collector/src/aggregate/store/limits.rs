@@ -74,12 +74,7 @@ impl Store {
                 continue;
             }
             if let Some(s) = self.series[id].take() {
-                if let Some(ids) = self.series_index.get_mut(&s.hash) {
-                    ids.retain(|&x| x as usize != id);
-                    if ids.is_empty() {
-                        self.series_index.remove(&s.hash);
-                    }
-                }
+                self.series_index.remove(s.hash, id as u32);
                 self.series_held -= 1;
                 self.metrics[s.metric as usize].series -= 1;
                 if let Some(src) = self.sources[s.source as usize].as_mut() {
@@ -89,6 +84,12 @@ impl Store {
                 self.layout = self.layout.wrapping_add(1);
                 forgotten += 1;
             }
+        }
+        if forgotten > 0 {
+            // Sets only the store holds (a checkpoint's copy may still hold one: it
+            // goes at a later sweep).
+            self.attr_sets
+                .retain(|set| std::sync::Arc::strong_count(set) > 1);
         }
         for id in 0..self.sources.len() {
             let forget = match &self.sources[id] {
