@@ -5,7 +5,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use higgsmeter_collector::{AggregateConfig, Aggregator, Transport, View};
+use higgsmeter_collector::{
+    AggregateConfig, Aggregator, Collector, Config, Overrides, Transport, View,
+};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{
@@ -260,8 +262,83 @@ fn render(c: &mut Criterion) {
         group.bench_function(format!("fleet_openmetrics_100k_series{tag}"), |b| {
             b.iter(|| black_box(aggregator.render_openmetrics(View::Fleet).len()))
         });
+        scrape_over_loopback(&mut group, tag, scale);
     }
     group.finish();
+}
+
+/// The render benchmark's store in a real collector (`Collector::start` on
+/// 127.0.0.1, filled through OTLP/HTTP), and `GET /metrics` timed end to end over
+/// loopback on one kept-alive connection, as Prometheus scrapes: the request, the rows
+/// read under the lock, the encoding and the transfer, until the last byte is read.
+/// `…_first_byte` stops at the response's head (sent once the rows are read).
+fn scrape_over_loopback(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    tag: &str,
+    scale: f64,
+) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let mut config = Config::default();
+    config.apply(&Overrides {
+        grpc: Some("127.0.0.1:0".into()),
+        http: Some("127.0.0.1:0".into()),
+        prometheus: Some("127.0.0.1:0".into()),
+        storage: Some("none".into()),
+        ..Default::default()
+    });
+    let mut plan = config.plan().expect("plan");
+    plan.aggregate.max_series = 1_000_000;
+    plan.aggregate.max_series_per_metric = 1_000_000;
+    plan.aggregate.stale_after = Some(Duration::from_secs(3600));
+    let running = rt
+        .block_on(Collector::start(plan))
+        .expect("the collector starts");
+    let addresses = running.addresses();
+    let (Some(http), Some(prometheus)) = (addresses.http, addresses.prometheus) else {
+        panic!("no OTLP/HTTP or Prometheus listener: {addresses}");
+    };
+    let client = reqwest::blocking::Client::new();
+    for w in 0..100 {
+        let status = client
+            .post(format!("http://{http}/v1/metrics"))
+            .header("content-type", "application/x-protobuf")
+            .body(request_scaled(w, 1, true, scale).encode_to_vec())
+            .send()
+            .expect("OTLP/HTTP export")
+            .status();
+        assert!(status.is_success(), "OTLP/HTTP export: {status}");
+    }
+    let url = format!("http://{prometheus}/metrics");
+    let mut body = Vec::new();
+    group.bench_function(format!("fleet_100k_series{tag}_http_loopback"), |b| {
+        b.iter(|| {
+            body.clear();
+            let mut resp = client.get(&url).send().expect("GET /metrics");
+            resp.copy_to(&mut body).expect("the body");
+            black_box(body.len())
+        })
+    });
+    println!("GET /metrics: {} bytes", body.len());
+    group.bench_function(
+        format!("fleet_100k_series{tag}_http_loopback_first_byte"),
+        |b| {
+            b.iter_custom(|rounds| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..rounds {
+                    let start = std::time::Instant::now();
+                    let mut resp = client.get(&url).send().expect("GET /metrics");
+                    spent += start.elapsed();
+                    body.clear();
+                    resp.copy_to(&mut body).expect("the body");
+                }
+                spent
+            })
+        },
+    );
+    rt.block_on(running.shutdown());
 }
 
 /// A checkpoint of 100k series (half histograms): the copy taken under the store's

@@ -7,9 +7,11 @@
 //! without `_total` (its samples keep it), `target_info` is the `info` family `target`,
 //! and `"` is escaped in HELP; the text ends with `# EOF`.
 
-use bytes::Bytes;
+use std::sync::Arc;
 
-use super::format::{escape_help, format_u64, format_value};
+use bytes::{Bytes, BytesMut};
+
+use super::format::{Text, escape_help, format_u64, format_value};
 use super::rows::{FamilyKind, FamilyRows, Row, RowValue, Rows};
 
 /// Which exposition format.
@@ -22,53 +24,68 @@ pub(crate) enum Format {
 }
 
 /// The `le` label of each bucket of the last bounds written, with what follows it
-/// (`le="0.5"} `): histograms of a metric share their bounds, and float formatting
-/// is the slow part of encoding.
+/// (`le="0.5"} `), back to back in one string: histograms of a metric share their
+/// bounds (one `Arc`), and float formatting is the slow part of encoding.
 #[derive(Default)]
 struct LeCache {
-    bounds: Vec<f64>,
-    les: Vec<String>,
+    /// The bounds last seen (compared by pointer first, then by value).
+    bounds: Option<Arc<[f64]>>,
+    text: String,
+    /// Where each bucket's `le` ends in `text` (the bounds, then `+Inf`).
+    ends: Vec<usize>,
 }
 
 const LE_INF: &str = "le=\"+Inf\"} ";
 
 impl LeCache {
-    fn les(&mut self, bounds: &[f64]) -> &[String] {
-        let same = self.les.len() == bounds.len() + 1
-            && self.bounds.len() == bounds.len()
-            && self
-                .bounds
-                .iter()
-                .zip(bounds)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
-        if !same {
-            self.bounds = bounds.to_vec();
-            self.les = bounds
-                .iter()
-                .chain(std::iter::once(&f64::INFINITY))
-                .map(|b| {
-                    let mut s = String::from("le=\"");
-                    format_value(*b, &mut s);
-                    s.push_str("\"} ");
-                    s
-                })
-                .collect();
+    /// Makes the cache hold `bounds`' labels.
+    fn set(&mut self, bounds: &Arc<[f64]>) {
+        if let Some(last) = &self.bounds
+            && (Arc::ptr_eq(last, bounds)
+                || (last.len() == bounds.len()
+                    && last
+                        .iter()
+                        .zip(bounds.iter())
+                        .all(|(a, b)| a.to_bits() == b.to_bits())))
+        {
+            return;
         }
-        &self.les
+        self.bounds = Some(bounds.clone());
+        self.text.clear();
+        self.ends.clear();
+        for b in bounds.iter().chain(std::iter::once(&f64::INFINITY)) {
+            self.text.push_str("le=\"");
+            format_value(*b, &mut self.text);
+            self.text.push_str("\"} ");
+            self.ends.push(self.text.len());
+        }
+    }
+
+    /// Bucket `i`'s label and what follows it (`+Inf` past the bounds).
+    fn le(&self, i: usize) -> &str {
+        let start = match i.checked_sub(1) {
+            Some(j) => self.ends.get(j).copied().unwrap_or(usize::MAX),
+            None => 0,
+        };
+        self.ends
+            .get(i)
+            .and_then(|&end| self.text.get(start..end))
+            .unwrap_or(LE_INF)
     }
 }
 
-fn sample(out: &mut String, name: &str, suffix: &str, labels: &str, value: f64) {
-    out.push_str(name);
-    out.push_str(suffix);
+/// `name suffix{labels} value`, a line.
+fn sample(out: &mut impl Text, name: &str, suffix: &str, labels: &str, value: f64) {
+    out.put_str(name);
+    out.put_str(suffix);
     if !labels.is_empty() {
-        out.push('{');
-        out.push_str(labels);
-        out.push('}');
+        out.put_ascii(b'{');
+        out.put_str(labels);
+        out.put_ascii(b'}');
     }
-    out.push(' ');
+    out.put_ascii(b' ');
     format_value(value, out);
-    out.push('\n');
+    out.put_ascii(b'\n');
 }
 
 /// Encodes a view's rows, a chunk at a time.
@@ -77,7 +94,15 @@ pub(crate) struct Encoder {
     format: Format,
     family: usize,
     row: usize,
+    /// The current family's sample name (OpenMetrics counters end in `_total`).
+    name: String,
+    /// `name_bucket{labels,` of the histogram being written: its labels are written
+    /// once per series, the prefix copied for each bucket line.
+    prefix: String,
     les: LeCache,
+    /// The chunks' buffer: each chunk is split off it, and its memory taken back for
+    /// the next one once the connection has sent and dropped it.
+    chunk: BytesMut,
     done: bool,
 }
 
@@ -88,7 +113,10 @@ impl Encoder {
             format,
             family: 0,
             row: 0,
+            name: String::new(),
+            prefix: String::new(),
             les: LeCache::default(),
+            chunk: BytesMut::new(),
             done: false,
         }
     }
@@ -100,25 +128,35 @@ impl Encoder {
 
     /// Appends to `out` until it holds at least `limit` bytes or the view is done;
     /// false once everything is written.
-    pub(crate) fn fill(&mut self, out: &mut String, limit: usize) -> bool {
+    pub(crate) fn fill(&mut self, out: &mut impl Text, limit: usize) -> bool {
         if self.done {
             return false;
         }
-        while out.len() < limit {
+        while out.written() < limit {
             let Some(family) = self.rows.families.get(self.family) else {
                 if self.format == Format::OpenMetrics {
-                    out.push_str("# EOF\n");
+                    out.put_str("# EOF\n");
                 }
                 self.done = true;
                 return true;
             };
             if self.row == 0 {
                 header(out, family, self.format);
+                sample_name(family, self.format, &mut self.name);
             }
-            let name = family_sample_name(family, self.format);
             let end = family.rows.len().min(self.row + 512);
-            for row in &family.rows[self.row..end] {
-                write_row(out, &self.rows, name.as_ref(), row, &mut self.les);
+            for row in family.rows.get(self.row..end).unwrap_or(&[]) {
+                match &row.value {
+                    RowValue::Number(v) => sample(out, &self.name, "", &row.labels, *v),
+                    RowValue::Hist { .. } => histogram(
+                        out,
+                        &self.rows,
+                        row,
+                        &self.name,
+                        &mut self.prefix,
+                        &mut self.les,
+                    ),
+                }
             }
             self.row = end;
             if self.row >= family.rows.len() {
@@ -131,11 +169,15 @@ impl Encoder {
 
     /// The next chunk of about `size` bytes, or `None` when done.
     pub(crate) fn next_chunk(&mut self, size: usize) -> Option<Bytes> {
-        // Below malloc's mmap threshold (128 KiB), so chunk buffers are reused, not
-        // mapped and faulted in afresh each time; a row is at most a few KiB.
-        let mut out = String::with_capacity(size + 16 * 1024);
-        self.fill(&mut out, size);
-        (!out.is_empty()).then(|| Bytes::from(out))
+        // A row is at most a few KiB past `size`. Reserving takes back the memory of
+        // the chunks already sent (dropped), so a scrape reuses a buffer or two
+        // instead of allocating (and faulting in) one per chunk.
+        let mut chunk = std::mem::take(&mut self.chunk);
+        chunk.reserve(size + 16 * 1024);
+        self.fill(&mut chunk, size);
+        let out = (!chunk.is_empty()).then(|| chunk.split().freeze());
+        self.chunk = chunk;
+        out
     }
 
     /// The whole text.
@@ -146,17 +188,20 @@ impl Encoder {
     }
 }
 
-/// The name a family's samples carry: OpenMetrics counters always end in `_total`.
-fn family_sample_name(family: &FamilyRows, format: Format) -> std::borrow::Cow<'_, str> {
-    match (format, family.kind) {
-        (Format::OpenMetrics, FamilyKind::Counter) if !family.name.ends_with("_total") => {
-            std::borrow::Cow::Owned(format!("{}_total", family.name))
-        }
-        _ => std::borrow::Cow::Borrowed(&family.name),
+/// The name a family's samples carry into `out`: OpenMetrics counters always end in
+/// `_total`.
+fn sample_name(family: &FamilyRows, format: Format, out: &mut String) {
+    out.clear();
+    out.push_str(&family.name);
+    if format == Format::OpenMetrics
+        && family.kind == FamilyKind::Counter
+        && !family.name.ends_with("_total")
+    {
+        out.push_str("_total");
     }
 }
 
-fn header(out: &mut String, family: &FamilyRows, format: Format) {
+fn header(out: &mut impl Text, family: &FamilyRows, format: Format) {
     let (name, kind) = match (format, family.kind) {
         (Format::Text, FamilyKind::Info) => (&*family.name, "gauge"),
         (Format::OpenMetrics, FamilyKind::Info) => ("target", "info"),
@@ -168,63 +213,66 @@ fn header(out: &mut String, family: &FamilyRows, format: Format) {
         (_, FamilyKind::Gauge) => (&*family.name, "gauge"),
         (_, FamilyKind::Histogram) => (&*family.name, "histogram"),
     };
-    out.push_str("# HELP ");
-    out.push_str(name);
-    out.push(' ');
+    out.put_str("# HELP ");
+    out.put_str(name);
+    out.put_ascii(b' ');
     match format {
         Format::Text => escape_help(&family.help, out),
         Format::OpenMetrics => {
             let mut escaped = String::with_capacity(family.help.len() + 8);
             escape_help(&family.help, &mut escaped);
-            for c in escaped.chars() {
-                if c == '"' {
-                    out.push('\\');
-                }
-                out.push(c);
+            let mut rest = escaped.as_str();
+            while let Some(i) = rest.find('"') {
+                out.put_str(&rest[..i]);
+                out.put_str("\\\"");
+                rest = &rest[i + 1..];
             }
+            out.put_str(rest);
         }
     }
-    out.push_str("\n# TYPE ");
-    out.push_str(name);
-    out.push(' ');
-    out.push_str(kind);
-    out.push('\n');
+    out.put_str("\n# TYPE ");
+    out.put_str(name);
+    out.put_ascii(b' ');
+    out.put_str(kind);
+    out.put_ascii(b'\n');
 }
 
-fn write_row(out: &mut String, rows: &Rows, name: &str, row: &Row, les: &mut LeCache) {
-    match &row.value {
-        RowValue::Number(v) => sample(out, name, "", &row.labels, *v),
-        RowValue::Hist {
-            bounds,
-            at,
-            count,
-            sum,
-        } => {
-            let les = les.les(bounds);
-            let counts = rows.counts(*at, bounds.len() + 1);
-            // `name_bucket{labels,` is written once and copied for the other buckets.
-            let prefix_start = out.len();
-            out.push_str(name);
-            out.push_str("_bucket{");
-            out.push_str(&row.labels);
-            if !row.labels.is_empty() {
-                out.push(',');
-            }
-            let prefix = prefix_start..out.len();
-            let mut cumulative = 0u64;
-            for (i, c) in counts.iter().enumerate() {
-                cumulative = cumulative.saturating_add(*c);
-                if i > 0 {
-                    out.extend_from_within(prefix.clone());
-                }
-                out.push_str(les.get(i).map_or(LE_INF, String::as_str));
-                format_u64(cumulative, out);
-                out.push('\n');
-            }
-            sample(out, name, "_sum", &row.labels, *sum);
-            sample(out, name, "_count", &row.labels, *count as f64);
-        }
+/// A histogram series' lines: a cumulative count per bucket, the sum, the count.
+fn histogram(
+    out: &mut impl Text,
+    rows: &Rows,
+    row: &Row,
+    name: &str,
+    prefix: &mut String,
+    les: &mut LeCache,
+) {
+    let RowValue::Hist {
+        bounds,
+        at,
+        count,
+        sum,
+    } = &row.value
+    else {
+        return;
+    };
+    les.set(bounds);
+    prefix.clear();
+    prefix.push_str(name);
+    prefix.push_str("_bucket{");
+    prefix.push_str(&row.labels);
+    if !row.labels.is_empty() {
+        prefix.push(',');
     }
+    let mut cumulative = 0u64;
+    for (i, c) in rows.counts(*at, bounds.len() + 1).iter().enumerate() {
+        cumulative = cumulative.saturating_add(*c);
+        out.put_str(prefix);
+        out.put_str(les.le(i));
+        format_u64(cumulative, out);
+        out.put_ascii(b'\n');
+    }
+    sample(out, name, "_sum", &row.labels, *sum);
+    sample(out, name, "_count", &row.labels, *count as f64);
 }
 
 /// Encodes `rows` whole.

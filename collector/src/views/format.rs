@@ -1,30 +1,81 @@
 //! Number and text formatting of the Prometheus encoders: floats as Prometheus parses
-//! them (shortest round-trip digits, as `Display` writes them), integers, HELP text.
+//! them (shortest round-trip digits, as `Display` writes them), integers, HELP text,
+//! into any [`Text`]: a `String`, or the reused buffer of a scrape's chunks.
+
+use bytes::BytesMut;
+
+/// Where the encoders write: text appended in pieces, each piece valid UTF-8.
+pub(crate) trait Text {
+    /// Appends `s`.
+    fn put_str(&mut self, s: &str);
+    /// Appends one ASCII character.
+    fn put_ascii(&mut self, b: u8);
+    /// Bytes written so far.
+    fn written(&self) -> usize;
+}
+
+impl Text for String {
+    #[inline]
+    fn put_str(&mut self, s: &str) {
+        self.push_str(s);
+    }
+    #[inline]
+    fn put_ascii(&mut self, b: u8) {
+        debug_assert!(b.is_ascii());
+        self.push(char::from(b));
+    }
+    #[inline]
+    fn written(&self) -> usize {
+        self.len()
+    }
+}
+
+/// A chunk of a scrape's body: only whole `&str` pieces and ASCII bytes go in, so it
+/// is always UTF-8.
+impl Text for BytesMut {
+    #[inline]
+    fn put_str(&mut self, s: &str) {
+        self.extend_from_slice(s.as_bytes());
+    }
+    #[inline]
+    fn put_ascii(&mut self, b: u8) {
+        debug_assert!(b.is_ascii());
+        self.extend_from_slice(&[b]);
+    }
+    #[inline]
+    fn written(&self) -> usize {
+        self.len()
+    }
+}
 
 /// Escapes a `# HELP` text (`\`, newline).
-pub(crate) fn escape_help(help: &str, out: &mut String) {
-    for c in help.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
+pub(crate) fn escape_help(help: &str, out: &mut impl Text) {
+    let mut rest = help;
+    while let Some(i) = rest.find(['\\', '\n']) {
+        out.put_str(&rest[..i]);
+        out.put_str(if rest.as_bytes()[i] == b'\\' {
+            "\\\\"
+        } else {
+            "\\n"
+        });
+        rest = &rest[i + 1..];
     }
+    out.put_str(rest);
 }
 
 /// Formats a sample value the way Prometheus parses it: integers without a fraction,
 /// other values as Rust's `{}` prints them (the shortest digits that round-trip, in
 /// positional notation, never an exponent), without going through `core::fmt`.
-pub(crate) fn format_value(v: f64, out: &mut String) {
+pub(crate) fn format_value(v: f64, out: &mut impl Text) {
     if v.is_nan() {
-        out.push_str("NaN");
+        out.put_str("NaN");
     } else if v == f64::INFINITY {
-        out.push_str("+Inf");
+        out.put_str("+Inf");
     } else if v == f64::NEG_INFINITY {
-        out.push_str("-Inf");
+        out.put_str("-Inf");
     } else if v.fract() == 0.0 && v.abs() < 1e15 {
         if v < 0.0 {
-            out.push('-');
+            out.put_ascii(b'-');
         }
         format_u64(v.abs() as u64, out);
     } else {
@@ -35,7 +86,7 @@ pub(crate) fn format_value(v: f64, out: &mut String) {
 /// A finite `v` as `format!("{v}")` writes it. zmij finds the same shortest
 /// round-trip digits as `core::fmt` but may write them with an exponent (`1e-7`,
 /// `1.5e+21`); the digits are re-placed positionally here.
-fn format_shortest(v: f64, out: &mut String) {
+fn format_shortest(v: f64, out: &mut impl Text) {
     let mut buf = zmij::Buffer::new();
     let text = buf.format_finite(v);
     let s = text.as_bytes();
@@ -47,7 +98,7 @@ fn format_shortest(v: f64, out: &mut String) {
             && frac.iter().all(u8::is_ascii_digit)
             && !is_tie(v, -(frac.len() as i64))
         {
-            out.push_str(text);
+            out.put_str(text);
             return;
         }
     }
@@ -86,39 +137,42 @@ fn format_shortest(v: f64, out: &mut String) {
     if is_tie(v, point - len) {
         // `v` lies exactly halfway between two shortest candidates: zmij rounds the
         // last digit to even, `core::fmt` up. Rare (values like 2^50 + 0.25).
-        use std::fmt::Write as _;
-        let _ = write!(out, "{v}");
+        out.put_str(&v.to_string());
         return;
     }
     if negative {
-        out.push('-');
+        out.put_ascii(b'-');
     }
     if digits.is_empty() {
-        out.push('0');
+        out.put_ascii(b'0');
         return;
     }
-    let push = |out: &mut String, d: &[u8]| {
-        for &b in d {
-            out.push(char::from(b));
-        }
-    };
-    let zeros = |out: &mut String, k: i64| {
-        for _ in 0..k {
-            out.push('0');
-        }
-    };
     if point <= 0 {
-        out.push_str("0.");
-        zeros(out, -point);
-        push(out, digits);
+        out.put_str("0.");
+        put_zeros(out, -point);
+        put_digits(out, digits);
     } else if point >= len {
-        push(out, digits);
-        zeros(out, point - len);
+        put_digits(out, digits);
+        put_zeros(out, point - len);
     } else {
         let (int, frac) = digits.split_at(point as usize);
-        push(out, int);
-        out.push('.');
-        push(out, frac);
+        put_digits(out, int);
+        out.put_ascii(b'.');
+        put_digits(out, frac);
+    }
+}
+
+/// Appends ASCII `digits`.
+fn put_digits(out: &mut impl Text, digits: &[u8]) {
+    for &b in digits {
+        out.put_ascii(b);
+    }
+}
+
+/// Appends `k` zeros.
+fn put_zeros(out: &mut impl Text, k: i64) {
+    for _ in 0..k {
+        out.put_ascii(b'0');
     }
 }
 
@@ -159,8 +213,8 @@ fn parse_exp(s: &[u8]) -> i64 {
 }
 
 /// Appends the decimal digits of `n`.
-pub(crate) fn format_u64(n: u64, out: &mut String) {
-    out.push_str(itoa::Buffer::new().format(n));
+pub(crate) fn format_u64(n: u64, out: &mut impl Text) {
+    out.put_str(itoa::Buffer::new().format(n));
 }
 
 #[cfg(test)]

@@ -32,6 +32,11 @@ enum Entry {
 struct Order {
     layout: Option<u64>,
     entries: Vec<Entry>,
+    /// How many rows each family had and how many bucket counts the view held the
+    /// last time it was read: the next read sizes its buffers from them instead of
+    /// growing them by doubling.
+    family_rows: Vec<usize>,
+    counts: usize,
 }
 
 /// What reading keeps between scrapes (in the [`Store`]): sorting 100k label strings
@@ -123,7 +128,10 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
         View::Fleet => fleet_gauges(store, now),
         View::Sources => Vec::new(),
     };
-    let mut out = Rows::default();
+    let mut out = Rows {
+        families: Vec::with_capacity(order.family_rows.len() + 16),
+        counts: Vec::with_capacity(order.counts),
+    };
     let mut current: Option<u32> = None;
     for entry in &order.entries {
         let (metric, labels, value) = match *entry {
@@ -165,7 +173,9 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
         };
         if current != Some(metric) {
             current = Some(metric);
-            out.push_family(&m.prom_name, &m.help, m.kind.into());
+            let hint = order.family_rows.get(out.families.len()).copied();
+            out.push_family(&m.prom_name, &m.help, m.kind.into())
+                .reserve(hint.unwrap_or(0));
         }
         if let Some(family) = out.families.last_mut() {
             family.rows.push(Row {
@@ -174,6 +184,11 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
             });
         }
     }
+    order.family_rows.clear();
+    order
+        .family_rows
+        .extend(out.families.iter().map(|f| f.rows.len()));
+    order.counts = out.counts.len();
     if view == View::Fleet {
         sources_in_state(store, now, &mut out);
         self_metrics(store, now, stats, &mut out);
