@@ -80,7 +80,24 @@ impl AppState {
 
     /// Parses a state name, ignoring ASCII case (`"gpu"`, `"GPU"` and `"Gpu"` all work,
     /// so a span field recorded with `?AppState::Gpu` parses too).
+    #[inline]
     pub fn parse(name: &str) -> Option<AppState> {
+        // The lower-case names (what `scope()` and `#[track_state]` write) first: one
+        // comparison, on every state span's creation.
+        match name {
+            "idle" => Some(AppState::Idle),
+            "io" => Some(AppState::Io),
+            "cpu" => Some(AppState::Cpu),
+            "gpu" => Some(AppState::Gpu),
+            "warmup" => Some(AppState::Warmup),
+            "startup" => Some(AppState::Startup),
+            "shutdown" => Some(AppState::Shutdown),
+            _ => AppState::parse_any_case(name),
+        }
+    }
+
+    #[cold]
+    fn parse_any_case(name: &str) -> Option<AppState> {
         AppState::ALL
             .into_iter()
             .find(|s| s.as_str().eq_ignore_ascii_case(name))
