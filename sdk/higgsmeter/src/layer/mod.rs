@@ -129,9 +129,11 @@ impl<S> fmt::Debug for ActivityLayer<S> {
     }
 }
 
-// Every method forwards to the filtered layer, so per-layer filtering works as it
-// would for the `Filtered` itself (`on_layer` registers the filter, `downcast_raw`
-// answers the registry's per-layer-filter queries).
+// Every method but `on_record` and `on_close` forwards to the filtered layer, so
+// per-layer filtering works as it would for the `Filtered` itself (`on_layer`
+// registers the filter, `on_new_span` keeps the thread's filter state, `downcast_raw`
+// answers the registry's per-layer-filter queries); those two go straight to the
+// inner layers, which skip what is not theirs without the filter's look-up.
 impl<S> Layer<S> for ActivityLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -155,7 +157,8 @@ where
         self.inner.max_level_hint()
     }
     fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        self.inner.on_record(span, values, ctx)
+        // Past the filter (see `on_close`): the two layers look the span up themselves.
+        self.inner.inner().on_record(span, values, ctx)
     }
     fn on_follows_from(&self, span: &Id, follows: &Id, ctx: Context<'_, S>) {
         self.inner.on_follows_from(span, follows, ctx)
@@ -173,7 +176,13 @@ where
         self.inner.on_exit(id, ctx)
     }
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        self.inner.on_close(id, ctx)
+        // Past the filter: `Filtered` would look the span up in the registry only to
+        // ask whether the filter enabled it, and the filter's answer is a function of
+        // the callsite, which both layers check themselves (the state layer finds the
+        // span in its timeline or not, without a look-up; the catalog layer checks
+        // the metadata of the span it looks up anyway). One registry look-up fewer
+        // per span.
+        self.inner.inner().on_close(id, ctx)
     }
     fn on_id_change(&self, old: &Id, new: &Id, ctx: Context<'_, S>) {
         self.inner.on_id_change(old, new, ctx)
