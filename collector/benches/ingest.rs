@@ -341,30 +341,87 @@ fn scrape_over_loopback(
     rt.block_on(running.shutdown());
 }
 
-/// A checkpoint of 100k series (half histograms): the copy taken under the store's
-/// lock (what ingest waits for), and the encoding done after it is released.
+/// The CPU time this thread has used (`CLOCK_THREAD_CPUTIME_ID`): what a checkpoint
+/// costs its core, whatever the other processes on the machine do.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    #[allow(
+        unsafe_code,
+        reason = "clock_gettime writes only `ts`, valid for the call"
+    )]
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// What the collector's checkpointer does with the file's bytes (`storage.rs`): a
+/// temporary file written and fsynced, renamed over the state file, the directory
+/// fsynced.
+fn write_atomically(dir: &std::path::Path, bytes: &[u8]) {
+    use std::io::Write as _;
+    let temp = dir.join(".state.tmp");
+    let mut file = std::fs::File::create(&temp).expect("create the temporary file");
+    file.write_all(bytes).expect("write");
+    file.sync_all().expect("fsync");
+    std::fs::rename(&temp, dir.join("state")).expect("rename");
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .expect("fsync the directory");
+}
+
+/// A checkpoint of `workers` x 1,000 series (half histograms), each with a per-worker
+/// attribute, so as many fleet series again: 100 workers make the "100k" state (100 k
+/// per-source + 100 k fleet series), 250 the "500k" one (250 k + 250 k). Measured: the
+/// copy taken under the store's lock (what ingest waits for), the encoding done after it
+/// is released, and the whole checkpoint as the collector runs it (copy, encode, atomic
+/// write with fsyncs to a directory under the temporary directory, the copy dropped): its
+/// wall time and its thread's CPU time (the share of a core it takes every
+/// `checkpoint_interval`).
 fn checkpoint(c: &mut Criterion) {
     let mut group = c.benchmark_group("checkpoint");
-    group.sample_size(20);
-    let config = AggregateConfig {
-        max_series: 1_000_000,
-        max_series_per_metric: 1_000_000,
-        stale_after: Some(Duration::from_secs(3600)),
-        ..AggregateConfig::default()
-    };
-    let aggregator = Aggregator::standalone(config).expect("config");
-    for w in 0..100 {
-        let req = request_scaled(w, 1, true, 0.37).encode_to_vec();
-        let _ = aggregator.ingest_protobuf(&req, Transport::Grpc);
+    group.sample_size(10);
+    let dir = std::env::temp_dir().join(format!("checkpoint-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory for the state file");
+    for (tag, workers) in [("100k", 100), ("500k", 250)] {
+        let config = AggregateConfig {
+            max_series: 1_000_000,
+            max_series_per_metric: 1_000_000,
+            stale_after: Some(Duration::from_secs(3600)),
+            ..AggregateConfig::default()
+        };
+        let aggregator = Aggregator::standalone(config).expect("config");
+        for w in 0..workers {
+            let req = request_scaled(w, 1, true, 0.37).encode_to_vec();
+            let _ = aggregator.ingest_protobuf(&req, Transport::Grpc);
+        }
+        group.bench_function(format!("copy_under_lock_{tag}_series"), |b| {
+            b.iter_with_large_drop(|| aggregator.snapshot_state())
+        });
+        let snapshot = aggregator.snapshot_state();
+        println!("checkpoint file ({tag}): {} bytes", snapshot.encode().len());
+        group.bench_function(format!("encode_{tag}_series"), |b| {
+            b.iter(|| black_box(snapshot.encode().len()))
+        });
+        drop(snapshot);
+        let whole = || {
+            let bytes = aggregator.snapshot_state().encode();
+            write_atomically(&dir, &bytes);
+        };
+        group.bench_function(format!("whole_{tag}_series"), |b| b.iter(whole));
+        group.bench_function(format!("whole_cpu_{tag}_series"), |b| {
+            b.iter_custom(|rounds| {
+                let start = thread_cpu();
+                for _ in 0..rounds {
+                    whole();
+                }
+                thread_cpu() - start
+            })
+        });
     }
-    group.bench_function("copy_under_lock_100k_series", |b| {
-        b.iter_with_large_drop(|| aggregator.snapshot_state())
-    });
-    let snapshot = aggregator.snapshot_state();
-    println!("checkpoint file: {} bytes", snapshot.encode().len());
-    group.bench_function("encode_100k_series", |b| {
-        b.iter(|| black_box(snapshot.encode().len()))
-    });
+    let _ = std::fs::remove_dir_all(&dir);
     group.finish();
 }
 

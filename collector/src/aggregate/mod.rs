@@ -71,11 +71,11 @@ impl StateSnapshot {
     /// The state file's bytes (versioned, checksummed; what the collector writes to
     /// `extensions.file_storage.directory`), built without the aggregator's lock.
     pub fn encode(&self) -> Vec<u8> {
-        let mut state = self.copy.to_state();
-        state.instance_id = self.instance_id.clone();
-        state.origin_unix_nanos = self.origin_unix_nanos;
-        state.written_unix_nanos = self.written_unix_nanos;
-        state.encode()
+        self.copy.encode(
+            &self.instance_id,
+            self.origin_unix_nanos,
+            self.written_unix_nanos,
+        )
     }
 }
 

@@ -955,6 +955,42 @@ fn corrupt_truncated_and_newer_state_files_are_refused() {
     assert!(StateFile::decode(b"not a state file at all, really").is_err());
 }
 
+/// A checkpoint's file is written straight from the copy, without building the
+/// protobuf message: byte for byte what prost writes for that message (the format of
+/// ADR 7), for every kind of series, for an empty store, and after sources were
+/// forgotten (their indices are gaps in the store, none in the file).
+#[test]
+fn checkpoint_files_are_what_prost_writes() {
+    let by_prost = |copy: &super::store::StoreCopy, id: &str, origin: u64, written: u64| {
+        let mut state = copy.to_state();
+        state.instance_id = id.into();
+        state.origin_unix_nanos = origin;
+        state.written_unix_nanos = written;
+        state.encode()
+    };
+    let empty = Store::new(golden_config()).checkpoint(SEC);
+    assert_eq!(empty.encode("", 0, 0), by_prost(&empty, "", 0, 0));
+    let mut s = golden_store();
+    for now in [SEC, 4 * SEC] {
+        let copy = s.checkpoint(now);
+        let bytes = copy.encode("higgsmeter-collector-00ff", 7, u64::MAX);
+        assert_eq!(
+            bytes,
+            by_prost(&copy, "higgsmeter-collector-00ff", 7, u64::MAX)
+        );
+        assert!(StateFile::decode(&bytes).is_ok());
+    }
+    s.sweep(10_000 * SEC);
+    fill_golden(&mut s);
+    let req = request(
+        worker(1),
+        vec![counter("c.later", false, vec![point(vec![], 1, 5, 2.5)])],
+    );
+    ingest(&mut s, &req, 10_001 * SEC);
+    let copy = s.checkpoint(10_001 * SEC);
+    assert_eq!(copy.encode("x", 1, 2), by_prost(&copy, "x", 1, 2));
+}
+
 /// Without state, a source that started before the state's origin counts only what
 /// it adds after its first point; one that started after counts everything; a new
 /// series of a source already known counts everything.

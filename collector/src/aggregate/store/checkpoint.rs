@@ -192,18 +192,10 @@ fn hist(h: &HistState) -> Result<Hist, CheckpointError> {
     })
 }
 
-fn pairs(labels: &[(String, String)]) -> Vec<Pair> {
-    labels
-        .iter()
-        .map(|(k, v)| Pair {
-            key: k.clone(),
-            value: v.clone(),
-        })
-        .collect()
-}
-
 impl StateFile {
-    /// The file's bytes.
+    /// The file's bytes, encoded by prost (what [`StoreCopy::encode`] writes without
+    /// building the message).
+    #[cfg(test)]
     pub(crate) fn encode(&self) -> Vec<u8> {
         let payload = self.encode_to_vec();
         let mut out = Vec::with_capacity(HEADER + payload.len());
@@ -253,8 +245,8 @@ impl StateFile {
 }
 
 /// What a checkpoint copies under the store's lock: plain values, labels by reference
-/// and histogram counts into one buffer; [`StoreCopy::to_state`] builds the file's
-/// message after the lock is released.
+/// and histogram counts into one buffer; [`StoreCopy::encode`] writes the file's bytes
+/// from it after the lock is released.
 pub(crate) struct StoreCopy {
     metrics: Vec<MetricState>,
     sources: Vec<SourceState>,
@@ -265,8 +257,10 @@ pub(crate) struct StoreCopy {
 }
 
 struct HistCopy {
-    /// Where its counts start in `StoreCopy::counts`; as many as its bounds + 1.
+    /// Where its counts start in `StoreCopy::counts`.
     at: usize,
+    /// How many: its bounds + 1.
+    len: usize,
     count: u64,
     sum: f64,
 }
@@ -294,15 +288,96 @@ struct SeriesCopy {
 }
 
 impl StoreCopy {
-    fn counts(&self, at: usize, n: usize) -> Vec<u64> {
-        self.counts
-            .get(at..at + n)
-            .map(<[u64]>::to_vec)
-            .unwrap_or_default()
+    /// A histogram's counts (empty if the copy does not hold them, which it always
+    /// does).
+    fn counts(&self, h: &HistCopy) -> &[u64] {
+        self.counts.get(h.at..h.at + h.len).unwrap_or_default()
     }
 
-    /// The file's message (no lock held).
+    /// The file's bytes (no lock held): the header, then the payload written straight
+    /// from the copy into one buffer. Byte for byte what prost writes for the
+    /// [`StateFile`] the copy holds (fields in tag order, proto3 defaults left out,
+    /// repeated numbers packed), without building that message: no label is cloned,
+    /// nothing is allocated per series.
+    pub(crate) fn encode(
+        &self,
+        instance_id: &str,
+        origin_unix_nanos: u64,
+        written_unix_nanos: u64,
+    ) -> Vec<u8> {
+        // A little more than such a state takes (labels of a few short pairs, small
+        // counts), so that the buffer is not moved while it fills; pages never written
+        // cost nothing.
+        let estimate = HEADER
+            + 96 * (self.series.len() + self.fleet.len())
+            + 2 * self.counts.len()
+            + 256 * (self.sources.len() + self.metrics.len());
+        let mut out = Vec::with_capacity(estimate);
+        out.resize(HEADER, 0);
+        pb::string(&mut out, 1, instance_id);
+        pb::uint(&mut out, 2, origin_unix_nanos);
+        pb::uint(&mut out, 3, written_unix_nanos);
+        for m in &self.metrics {
+            prost::encoding::message::encode(4, m, &mut out);
+        }
+        for s in &self.sources {
+            prost::encoding::message::encode(5, s, &mut out);
+        }
+        for f in &self.fleet {
+            pb::message(&mut out, 6, |out| {
+                pb::uint(out, 1, u64::from(f.metric));
+                for (key, value) in f.labels.iter() {
+                    pb::pair(out, 2, key, value);
+                }
+                pb::double(out, 3, f.counter);
+                if let Some((bounds, h)) = &f.hist {
+                    pb::hist(out, 4, bounds, self.counts(h), h.count, h.sum);
+                }
+            });
+        }
+        for s in &self.series {
+            pb::message(&mut out, 7, |out| {
+                pb::uint(out, 1, u64::from(s.source));
+                pb::uint(out, 2, u64::from(s.metric));
+                for (key, value) in s.attrs.iter() {
+                    pb::pair(out, 3, key, value);
+                }
+                pb::fixed64(out, 4, s.start);
+                pb::fixed64(out, 5, s.time);
+                pb::uint(out, 6, s.age);
+                pb::double(out, 7, s.value);
+                if let Some(h) = &s.hist {
+                    // Its bounds are its fleet entry's.
+                    pb::hist(out, 8, &[], self.counts(h), h.count, h.sum);
+                }
+                pb::uint(out, 9, s.updated_age);
+                pb::uint(out, 10, u64::from(s.fleet));
+                pb::uint(out, 11, u64::from(s.name));
+            });
+        }
+        let payload = &out[HEADER..];
+        let len = payload.len() as u64;
+        let crc = crc32fast::hash(payload);
+        out[..8].copy_from_slice(MAGIC);
+        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        out[12..20].copy_from_slice(&len.to_le_bytes());
+        out[20..24].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// The file's message, as the first version built it before encoding it with prost:
+    /// what [`StoreCopy::encode`] must write byte for byte.
+    #[cfg(test)]
     pub(crate) fn to_state(&self) -> StateFile {
+        let pairs = |labels: &[(String, String)]| -> Vec<Pair> {
+            labels
+                .iter()
+                .map(|(k, v)| Pair {
+                    key: k.clone(),
+                    value: v.clone(),
+                })
+                .collect()
+        };
         let fleet: Vec<FleetState> = self
             .fleet
             .iter()
@@ -312,7 +387,7 @@ impl StoreCopy {
                 counter: f.counter,
                 hist: f.hist.as_ref().map(|(bounds, h)| HistState {
                     bounds: bounds.to_vec(),
-                    counts: self.counts(h.at, bounds.len() + 1),
+                    counts: self.counts(h).to_vec(),
                     count: h.count,
                     sum: h.sum,
                 }),
@@ -331,13 +406,18 @@ impl StoreCopy {
                 age: s.age,
                 value: s.value,
                 hist: s.hist.as_ref().map(|h| {
+                    // As many counts as its fleet entry has bounds + 1.
                     let n = self.fleet[s.fleet as usize]
                         .hist
                         .as_ref()
                         .map_or(1, |(b, _)| b.len() + 1);
                     HistState {
                         bounds: Vec::new(),
-                        counts: self.counts(h.at, n),
+                        counts: self
+                            .counts
+                            .get(h.at..h.at + n)
+                            .map(<[u64]>::to_vec)
+                            .unwrap_or_default(),
                         count: h.count,
                         sum: h.sum,
                     }
@@ -355,6 +435,137 @@ impl StoreCopy {
             fleet,
             series,
         }
+    }
+}
+
+/// Protobuf fields written by hand into a `Vec<u8>`, as prost's derived messages write
+/// them: a proto3 field equal to its default (0, 0.0, "", an empty repeated number) is
+/// left out, repeated numbers are packed.
+mod pb {
+    use prost::encoding::{encode_varint, encoded_len_varint};
+
+    const VARINT: u32 = 0;
+    const FIXED64: u32 = 1;
+    const LEN: u32 = 2;
+
+    fn key(out: &mut Vec<u8>, tag: u32, wire_type: u32) {
+        encode_varint(u64::from(tag << 3 | wire_type), out);
+    }
+
+    /// A `uint32`/`uint64` field.
+    pub(super) fn uint(out: &mut Vec<u8>, tag: u32, v: u64) {
+        if v != 0 {
+            key(out, tag, VARINT);
+            encode_varint(v, out);
+        }
+    }
+
+    /// A `fixed64` field.
+    pub(super) fn fixed64(out: &mut Vec<u8>, tag: u32, v: u64) {
+        if v != 0 {
+            key(out, tag, FIXED64);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    /// A `double` field (-0.0 is its default too; a NaN is not).
+    pub(super) fn double(out: &mut Vec<u8>, tag: u32, v: f64) {
+        if v != 0.0 {
+            key(out, tag, FIXED64);
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+
+    fn string_len(tag: u32, s: &str) -> usize {
+        if s.is_empty() {
+            0
+        } else {
+            encoded_len_varint(u64::from(tag << 3)) + encoded_len_varint(s.len() as u64) + s.len()
+        }
+    }
+
+    /// A `string` field.
+    pub(super) fn string(out: &mut Vec<u8>, tag: u32, s: &str) {
+        if !s.is_empty() {
+            key(out, tag, LEN);
+            encode_varint(s.len() as u64, out);
+            out.extend_from_slice(s.as_bytes());
+        }
+    }
+
+    /// A message field whose fields `body` writes: its length is written in one byte
+    /// before them, and moved to make room for more when they took 128 bytes or more.
+    pub(super) fn message(out: &mut Vec<u8>, tag: u32, body: impl FnOnce(&mut Vec<u8>)) {
+        key(out, tag, LEN);
+        let at = out.len();
+        out.push(0);
+        body(out);
+        let len = (out.len() - at - 1) as u64;
+        let n = encoded_len_varint(len);
+        if n > 1 {
+            out.splice(at + 1..at + 1, std::iter::repeat_n(0, n - 1));
+        }
+        // The varint, 7 bits a byte, low first, the high bit set on all but the last.
+        let mut rest = len;
+        for (i, byte) in out[at..at + n].iter_mut().enumerate() {
+            let more = if i + 1 < n { 0x80 } else { 0 };
+            *byte = (rest & 0x7f) as u8 | more;
+            rest >>= 7;
+        }
+    }
+
+    /// A `Pair { key = 1, value = 2 }` message field.
+    pub(super) fn pair(out: &mut Vec<u8>, tag: u32, k: &str, v: &str) {
+        key(out, tag, LEN);
+        encode_varint((string_len(1, k) + string_len(2, v)) as u64, out);
+        string(out, 1, k);
+        string(out, 2, v);
+    }
+
+    /// A `HistState { bounds = 1, counts = 2, count = 3, sum = 4 }` message field.
+    pub(super) fn hist(
+        out: &mut Vec<u8>,
+        tag: u32,
+        bounds: &[f64],
+        counts: &[u64],
+        count: u64,
+        sum: f64,
+    ) {
+        let bounds_len = 8 * bounds.len();
+        let counts_len: usize = counts.iter().map(|&c| encoded_len_varint(c)).sum();
+        let packed = |n: usize| {
+            if n == 0 {
+                0
+            } else {
+                1 + encoded_len_varint(n as u64) + n
+            }
+        };
+        let len = packed(bounds_len)
+            + packed(counts_len)
+            + if count != 0 {
+                1 + encoded_len_varint(count)
+            } else {
+                0
+            }
+            + if sum != 0.0 { 9 } else { 0 };
+        key(out, tag, LEN);
+        encode_varint(len as u64, out);
+        if !bounds.is_empty() {
+            key(out, 1, LEN);
+            encode_varint(bounds_len as u64, out);
+            for b in bounds {
+                out.extend_from_slice(&b.to_le_bytes());
+            }
+        }
+        if !counts.is_empty() {
+            key(out, 2, LEN);
+            encode_varint(counts_len as u64, out);
+            for &c in counts {
+                encode_varint(c, out);
+            }
+        }
+        uint(out, 3, count);
+        double(out, 4, sum);
     }
 }
 
@@ -391,6 +602,7 @@ impl Store {
             counts.extend_from_slice(&h.counts);
             HistCopy {
                 at,
+                len: h.counts.len(),
                 count: h.count,
                 sum: h.sum,
             }
