@@ -233,7 +233,10 @@ fn thread_cpu() -> Duration {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    #[allow(unsafe_code, reason = "clock_gettime writes only `ts`, valid for the call")]
+    #[allow(
+        unsafe_code,
+        reason = "clock_gettime writes only `ts`, valid for the call"
+    )]
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
