@@ -67,9 +67,11 @@ exporters:
   prometheus: {endpoint: "127.0.0.1:$GP"}
   prometheusremotewrite: {endpoint: "http://127.0.0.1:$PP/api/v1/write", interval: 5s}
 EOF
+# Room for every per-source series (at least the default 400,000).
+MAX_SERIES=$((SOURCES * SERIES * 2 > 400000 ? SOURCES * SERIES * 2 : 400000))
 cat >"$OUT/agent.yaml" <<EOF
 processors:
-  higgsmeter: {stale_after: 30s, max_series: 400000}
+  higgsmeter: {stale_after: 30s, max_series: $MAX_SERIES, max_series_per_metric: $MAX_SERIES}
 exporters:
   prometheus: {endpoint: "127.0.0.1:$AP"}
   otlp: {endpoint: "http://127.0.0.1:$GG", interval: 1s}
