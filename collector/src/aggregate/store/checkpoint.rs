@@ -192,18 +192,26 @@ fn hist(h: &HistState) -> Result<Hist, CheckpointError> {
     })
 }
 
+/// Fills the header of a file whose payload follows `HEADER` zero bytes in `out`: the
+/// magic, the format version, the payload's length and its CRC-32.
+fn write_header(out: &mut [u8]) {
+    let payload = &out[HEADER..];
+    let len = payload.len() as u64;
+    let crc = crc32fast::hash(payload);
+    out[..8].copy_from_slice(MAGIC);
+    out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    out[12..20].copy_from_slice(&len.to_le_bytes());
+    out[20..24].copy_from_slice(&crc.to_le_bytes());
+}
+
 impl StateFile {
     /// The file's bytes, encoded by prost (what [`StoreCopy::encode`] writes without
     /// building the message).
     #[cfg(test)]
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let payload = self.encode_to_vec();
-        let mut out = Vec::with_capacity(HEADER + payload.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        out.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-        out.extend_from_slice(&payload);
+        let mut out = vec![0; HEADER];
+        out.extend_from_slice(&self.encode_to_vec());
+        write_header(&mut out);
         out
     }
 
@@ -355,13 +363,7 @@ impl StoreCopy {
                 pb::uint(out, 11, u64::from(s.name));
             });
         }
-        let payload = &out[HEADER..];
-        let len = payload.len() as u64;
-        let crc = crc32fast::hash(payload);
-        out[..8].copy_from_slice(MAGIC);
-        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        out[12..20].copy_from_slice(&len.to_le_bytes());
-        out[20..24].copy_from_slice(&crc.to_le_bytes());
+        write_header(&mut out);
         out
     }
 
@@ -505,13 +507,8 @@ mod pb {
         if n > 1 {
             out.splice(at + 1..at + 1, std::iter::repeat_n(0, n - 1));
         }
-        // The varint, 7 bits a byte, low first, the high bit set on all but the last.
-        let mut rest = len;
-        for (i, byte) in out[at..at + n].iter_mut().enumerate() {
-            let more = if i + 1 < n { 0x80 } else { 0 };
-            *byte = (rest & 0x7f) as u8 | more;
-            rest >>= 7;
-        }
+        let mut slot = &mut out[at..at + n];
+        encode_varint(len, &mut slot);
     }
 
     /// A `Pair { key = 1, value = 2 }` message field.

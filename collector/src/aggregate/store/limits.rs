@@ -85,12 +85,10 @@ impl Store {
                 forgotten += 1;
             }
         }
-        if forgotten > 0 {
-            // Sets only the store holds (a checkpoint's copy may still hold one: it
-            // goes at a later sweep).
-            self.attr_sets
-                .retain(|set| std::sync::Arc::strong_count(set) > 1);
-        }
+        // Sets only the store holds (one a checkpoint's copy still holds goes at the
+        // next sweep).
+        self.attr_sets
+            .retain(|set| std::sync::Arc::strong_count(set) > 1);
         for id in 0..self.sources.len() {
             let forget = match &self.sources[id] {
                 Some(s) => s.series == 0 && now.saturating_sub(s.last_seen()) > self.forget_after,
