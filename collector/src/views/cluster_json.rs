@@ -11,7 +11,7 @@
 //! Memory is bounded: at most [`RING_CAPACITY`] samples per source, samples closer
 //! than [`MIN_SPACING`] are not kept, and a source that is no longer live loses its ring.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use higgsmeter_catalog::{
     STATE_CPU, STATE_GPU, STATE_IDLE, STATE_IO, STATE_SHUTDOWN, STATE_STARTUP, STATE_WARMUP,
@@ -141,8 +141,15 @@ impl ClusterHistory {
     /// window and the rings of sources no longer live).
     pub(crate) fn record(&mut self, reading: &ClusterReading) {
         let now = reading.now;
-        self.rings
-            .retain(|key, _| reading.sources.iter().any(|s| s.live && s.key == *key));
+        // A set, not a scan of the reading per ring: 10,000 sources made that
+        // 10^8 string comparisons a second.
+        let live: HashSet<&str> = reading
+            .sources
+            .iter()
+            .filter(|s| s.live)
+            .map(|s| s.key.as_str())
+            .collect();
+        self.rings.retain(|key, _| live.contains(key.as_str()));
         for s in reading.sources.iter().filter(|s| s.live) {
             let ring = self.rings.entry(s.key.clone()).or_default();
             // A restart (a counter went down) starts the ring over.
