@@ -96,6 +96,11 @@ pub(crate) struct Source {
     /// Monotonic ns of its last request: set by ingest under the store's read lock.
     last_seen: AtomicU64,
     series: usize,
+    /// This source's series by the hash of their metric and attributes. Per source, not
+    /// one map for the store: a request's points are a few sources' series, so their
+    /// look-ups stay in a few small maps the cache holds (one store-wide map of 500,000
+    /// series missed the cache on every point: a quarter of the ingest CPU).
+    index: SeriesIndex,
     /// Until when (monotonic ns) a new cumulative series of this source that started
     /// before the state's origin is a baseline: the source's first export, when its
     /// series were counted by nobody here. 0 for a source restored from a checkpoint.
@@ -281,7 +286,6 @@ pub(crate) struct Store {
     source_by_key: HashMap<Vec<(String, String)>, u32>,
     series: Vec<Option<Series>>,
     free_series: Vec<u32>,
-    series_index: SeriesIndex,
     /// Every series' point attributes, each distinct set once (the same `op="..."`
     /// recurs in every source and metric): a series holds an `Arc` to its set. Sets no
     /// series holds any more go at the next sweep.
@@ -356,7 +360,6 @@ impl Store {
             source_by_key: HashMap::new(),
             series: Vec::new(),
             free_series: Vec::new(),
-            series_index: SeriesIndex::default(),
             attr_sets: HashSet::new(),
             series_held: 0,
             fleet: Vec::new(),
@@ -455,6 +458,7 @@ impl Store {
             fleet_job,
             last_seen: AtomicU64::new(now),
             series: 0,
+            index: SeriesIndex::default(),
             baseline_until: now.saturating_add(BASELINE_WINDOW),
             awaited: false,
             forwarded,
@@ -640,11 +644,15 @@ impl Store {
     /// [`Store::series_for`]).
     pub(crate) fn find_series(&self, source: u32, metric: u32, attrs: &[Kv<'_>]) -> Option<u32> {
         let hash = attrs_hash(source, metric, attrs);
-        self.series_index.find(hash, |id| {
-            self.series[id as usize].as_ref().is_some_and(|s| {
-                s.source == source && s.metric == metric && attrs_equal(&s.attrs, attrs)
+        self.sources
+            .get(source as usize)?
+            .as_ref()?
+            .index
+            .find(hash, |id| {
+                self.series[id as usize].as_ref().is_some_and(|s| {
+                    s.source == source && s.metric == metric && attrs_equal(&s.attrs, attrs)
+                })
             })
-        })
     }
 
     /// The shared copy of an attribute set (added when it is new).
@@ -756,12 +764,12 @@ impl Store {
                 (self.series.len() - 1) as u32
             }
         };
-        self.series_index.insert(hash, id);
         self.series_held += 1;
         self.layout = self.layout.wrapping_add(1);
         self.metrics[metric as usize].series += 1;
         if let Some(s) = self.sources[source as usize].as_mut() {
             s.series += 1;
+            s.index.insert(hash, id);
         }
         Ok(id)
     }

@@ -74,11 +74,11 @@ impl Store {
                 continue;
             }
             if let Some(s) = self.series[id].take() {
-                self.series_index.remove(s.hash, id as u32);
                 self.series_held -= 1;
                 self.metrics[s.metric as usize].series -= 1;
                 if let Some(src) = self.sources[s.source as usize].as_mut() {
                     src.series -= 1;
+                    src.index.remove(s.hash, id as u32);
                 }
                 self.free_series.push(id as u32);
                 self.layout = self.layout.wrapping_add(1);
