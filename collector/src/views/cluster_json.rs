@@ -143,14 +143,17 @@ impl ClusterHistory {
         let now = reading.now;
         // A set, not a scan of the reading per ring: 10,000 sources made that
         // 10^8 string comparisons a second.
+        // A source without state seconds (not a higgsmeter worker) has no share to
+        // keep a history of: no ring (10,000 such sources held 20 MB of them).
+        let kept = |s: &&SourceReading| s.live && !s.seconds_by_state.is_empty();
         let live: HashSet<&str> = reading
             .sources
             .iter()
-            .filter(|s| s.live)
+            .filter(kept)
             .map(|s| s.key.as_str())
             .collect();
         self.rings.retain(|key, _| live.contains(key.as_str()));
-        for s in reading.sources.iter().filter(|s| s.live) {
+        for s in reading.sources.iter().filter(kept) {
             let ring = self.rings.entry(s.key.clone()).or_default();
             // A restart (a counter went down) starts the ring over.
             if let Some(last) = ring.samples.back()
@@ -569,6 +572,22 @@ mod tests {
         h.record(&stale);
         assert_eq!(h.samples_held(), 0);
         assert_eq!(h.last_minute(&stale.sources[0], stale.now), None);
+    }
+
+    #[test]
+    fn sources_without_state_seconds_keep_no_history() {
+        let mut h = ClusterHistory::default();
+        for t in 0..10u64 {
+            h.record(&reading(t * S, &[]));
+        }
+        assert_eq!(h.samples_held(), 0);
+        // Once it reports states, its history starts.
+        h.record(&reading(10 * S, &[("gpu", 1.0)]));
+        h.record(&reading(11 * S, &[("gpu", 2.0)]));
+        assert_eq!(h.samples_held(), 2);
+        // And a source that stops reporting them loses it.
+        h.record(&reading(12 * S, &[]));
+        assert_eq!(h.samples_held(), 0);
     }
 
     #[test]
