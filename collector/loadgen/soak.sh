@@ -2,7 +2,8 @@
 # Soak: SOURCES simulated sources x SERIES series, one round a second (cumulative sums and
 # histograms), for DURATION seconds, through one agent -> a gateway -> Prometheus remote
 # write (a real Prometheus with --web.enable-remote-write-receiver). Reports the agent's and
-# the gateway's RSS after the warm-up and at the end, what either refused, and the counter
+# the gateway's RSS after the warm-up and at the end (and the agent's every 3.3 s in
+# between: min, median, max), what either refused, and the counter
 # totals at the agent, the gateway and in Prometheus once the load has stopped (they must
 # be equal: nothing lost).
 #
@@ -98,9 +99,14 @@ LOAD=$!
 sleep "$WARMUP"
 START_AGENT=$(rss "$AGENT")
 START_GW=$(rss "$GW")
+# The agent's RSS every 3.3 s until the load stops (not a multiple of the 5 s
+# checkpoint interval: the readings fall at every phase of it).
+( while kill -0 "$LOAD" 2>/dev/null; do rss "$AGENT" >>"$OUT/agent-rss.txt" && echo >>"$OUT/agent-rss.txt"; sleep 3.3; done ) &
+SAMPLER=$!
 wait "$LOAD"
 END_AGENT=$(rss "$AGENT")
 END_GW=$(rss "$GW")
+wait "$SAMPLER" 2>/dev/null || true
 sleep 12 # a push (1 s) and a remote write (5 s) after the last round
 
 # Counter totals (every loadgen counter; the collectors' own families left out).
@@ -125,6 +131,15 @@ print("| RSS after warm-up (MiB) | $START_AGENT | $START_GW |")
 print("| RSS at the end (MiB) | $END_AGENT | $END_GW |")
 print("| refused (points + requests) | $(refused "http://127.0.0.1:$AP/metrics") | $(refused "http://127.0.0.1:$GP/metrics") |")
 print("| counter total | $AGENT_TOTAL | $GW_TOTAL |")
+print()
+rss = sorted(float(x) for x in open("$OUT/agent-rss.txt").read().split())
+series = $RATE
+if rss:
+    med = rss[len(rss) // 2]
+    print("agent RSS after warm-up, %d readings every 3.3 s: min %.1f, median %.1f, max %.1f MiB "
+          "(max - min = %.1f %% of the median; %.0f B a series at the median, %.0f at the max)" % (
+              len(rss), rss[0], med, rss[-1], 100 * (rss[-1] - rss[0]) / med,
+              med * 1048576 / series, rss[-1] * 1048576 / series))
 print()
 print("remote-written counter total in Prometheus: $PROM_TOTAL")
 t = (r.get("usage") or {}).get("target") or {}
