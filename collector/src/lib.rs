@@ -222,8 +222,8 @@ impl Checkpointer {
             .writing
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let bytes = self.aggregator.snapshot_state().encode();
-        match self.storage.write(&bytes) {
+        let snapshot = self.aggregator.snapshot_state();
+        match self.storage.write_with(|file| snapshot.write_to(file)) {
             Ok(()) => {
                 self_metrics::add(
                     &self.stats.checkpoints[self_metrics::CheckpointOutcome::Ok],

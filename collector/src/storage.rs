@@ -11,7 +11,7 @@
 //! with one error line naming it, and the collector starts without state.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write as _};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -97,7 +97,7 @@ impl FileStorage {
             _lock: lock,
         };
         storage
-            .write_temp(b"")
+            .write_temp(|_| Ok(()))
             .and_then(|()| fs::remove_file(&storage.temp))
             .map_err(|e| storage_error(dir, format!("cannot write a file there: {e}")))?;
         Ok(storage)
@@ -147,20 +147,32 @@ impl FileStorage {
         }
     }
 
-    fn write_temp(&self, bytes: &[u8]) -> io::Result<()> {
+    fn write_temp(&self, fill: impl FnOnce(&mut File) -> io::Result<()>) -> io::Result<()> {
         let mut file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(&self.temp)?;
-        file.write_all(bytes)?;
+        fill(&mut file)?;
         file.sync_all()
     }
 
     /// Replaces the state file atomically (temporary file, fsync, rename, fsync of
     /// the directory). On an error the previous state file is untouched.
+    #[cfg(test)]
     pub(crate) fn write(&self, bytes: &[u8]) -> io::Result<()> {
-        if let Err(e) = self.write_temp(bytes) {
+        use std::io::Write as _;
+        self.write_with(|file| file.write_all(bytes))
+    }
+
+    /// Replaces the state file atomically with what `fill` writes into the temporary
+    /// file (from its start; it may seek back within what it wrote), as
+    /// [`FileStorage::write`] does.
+    pub(crate) fn write_with(
+        &self,
+        fill: impl FnOnce(&mut File) -> io::Result<()>,
+    ) -> io::Result<()> {
+        if let Err(e) = self.write_temp(fill) {
             let _ = fs::remove_file(&self.temp);
             return Err(e);
         }

@@ -14,7 +14,7 @@ mod store;
 mod wire;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -54,6 +54,9 @@ pub struct JsonError(serde_json::Error);
 /// A copy of the aggregation state taken by [`Aggregator::snapshot_state`].
 pub struct StateSnapshot {
     copy: store::StoreCopy,
+    /// Where the copy goes back to when the snapshot is dropped, emptied, for the
+    /// next checkpoint to fill (its aggregator's [`Aggregator::spare_copy`]).
+    spare: Arc<Mutex<Option<store::StoreCopy>>>,
     instance_id: String,
     origin_unix_nanos: u64,
     written_unix_nanos: u64,
@@ -67,11 +70,31 @@ impl std::fmt::Debug for StateSnapshot {
     }
 }
 
+impl Drop for StateSnapshot {
+    fn drop(&mut self) {
+        let mut copy = std::mem::replace(&mut self.copy, store::StoreCopy::empty());
+        copy.clear();
+        *self.spare.lock().unwrap_or_else(PoisonError::into_inner) = Some(copy);
+    }
+}
+
 impl StateSnapshot {
     /// The state file's bytes (versioned, checksummed; what the collector writes to
     /// `extensions.file_storage.directory`), built without the aggregator's lock.
     pub fn encode(&self) -> Vec<u8> {
         self.copy.encode(
+            &self.instance_id,
+            self.origin_unix_nanos,
+            self.written_unix_nanos,
+        )
+    }
+
+    /// Writes the state file's bytes to `w` from its current position, a chunk at a
+    /// time (the file is never whole in memory), then seeks back to fill in the
+    /// header's length and checksum: what the collector's checkpoints do.
+    pub fn write_to<W: std::io::Write + std::io::Seek>(&self, w: &mut W) -> std::io::Result<()> {
+        self.copy.write_to(
+            w,
             &self.instance_id,
             self.origin_unix_nanos,
             self.written_unix_nanos,
@@ -98,6 +121,10 @@ pub struct Aggregator {
     /// Set at shutdown, before the final checkpoint: later requests are refused as
     /// unavailable (the sender retries against the next process), never half-counted.
     closed: AtomicBool,
+    /// The last checkpoint's copy, emptied: the next one fills the same buffers, so
+    /// checkpoints of a steady state neither allocate nor move the RSS (at 500,000
+    /// series a fresh copy was 50 MB allocated and freed every interval).
+    spare_copy: Arc<Mutex<Option<store::StoreCopy>>>,
 }
 
 /// The monotonic clock's value at this process's start: ages of restored state are
@@ -160,6 +187,7 @@ impl Aggregator {
             restored: false,
             instance_id: instance_id(),
             closed: AtomicBool::new(false),
+            spare_copy: Arc::default(),
         }
     }
 
@@ -192,6 +220,7 @@ impl Aggregator {
                 restored: true,
                 instance_id: state.instance_id.clone(),
                 closed: AtomicBool::new(false),
+                spare_copy: Arc::default(),
             },
             count,
         ))
@@ -208,9 +237,16 @@ impl Aggregator {
     pub fn snapshot_state(&self) -> StateSnapshot {
         let now = self.now();
         // Alone: a series' state and its fleet entry's are copied as of one moment.
-        let copy = self.write().checkpoint(now);
+        let mut copy = self
+            .spare_copy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .unwrap_or_else(store::StoreCopy::empty);
+        self.write().checkpoint_into(now, &mut copy);
         StateSnapshot {
             copy,
+            spare: self.spare_copy.clone(),
             instance_id: self.instance_id.clone(),
             origin_unix_nanos: self.origin_unix_nanos,
             written_unix_nanos: unix_nanos(),

@@ -44,7 +44,7 @@ pub(super) fn counter(value: &mut f64, p: Point, v: f64) -> f64 {
 pub(crate) struct Hist {
     /// Shared between a fleet entry and its series (and a checkpoint's copy).
     pub(crate) bounds: std::sync::Arc<[f64]>,
-    pub(crate) counts: Vec<u64>,
+    pub(crate) counts: Box<[u64]>,
     pub(crate) count: u64,
     pub(crate) sum: f64,
 }
@@ -58,7 +58,7 @@ impl Hist {
     pub(super) fn empty(bounds: &[f64]) -> Hist {
         Hist {
             bounds: bounds.into(),
-            counts: vec![0; bounds.len() + 1],
+            counts: vec![0; bounds.len() + 1].into_boxed_slice(),
             count: 0,
             sum: 0.0,
         }
