@@ -85,7 +85,8 @@ pub(crate) struct Metric {
 }
 
 pub(crate) struct Source {
-    resource: Vec<KeyValue>,
+    /// Shared, so a checkpoint copies it by reference under the lock.
+    resource: std::sync::Arc<[KeyValue]>,
     key: Vec<(String, String)>,
     /// Sanitised labels every per-source series of this source carries.
     labels: Vec<(String, String)>,

@@ -259,12 +259,18 @@ impl StateFile {
 /// series and 25 a histogram.
 pub(crate) struct StoreCopy {
     metrics: Vec<MetricState>,
-    sources: Vec<SourceState>,
+    sources: Vec<SourceCopy>,
     fleet: Vec<FleetCopy>,
     series: Vec<SeriesCopy>,
     /// Every histogram's `HistState` fields but its bounds (counts packed, count,
     /// sum), protobuf-encoded, back to back: a quarter of the numbers' size.
     hists: Vec<u8>,
+}
+
+/// A source: its resource by reference.
+struct SourceCopy {
+    resource: std::sync::Arc<[KeyValue]>,
+    age: u64,
 }
 
 /// Where a histogram's fields are in [`StoreCopy::hists`].
@@ -440,7 +446,12 @@ impl StoreCopy {
             out.spill()?;
         }
         for s in &self.sources {
-            prost::encoding::message::encode(5, s, &mut out.buf);
+            pb::message(&mut out.buf, 5, |out| {
+                for kv in s.resource.iter() {
+                    prost::encoding::message::encode(1, kv, out);
+                }
+                pb::uint(out, 2, s.age);
+            });
             out.spill()?;
         }
         for f in &self.fleet {
@@ -535,7 +546,14 @@ impl StoreCopy {
             origin_unix_nanos: 0,
             written_unix_nanos: 0,
             metrics: self.metrics.clone(),
-            sources: self.sources.clone(),
+            sources: self
+                .sources
+                .iter()
+                .map(|s| SourceState {
+                    resource: s.resource.to_vec(),
+                    age: s.age,
+                })
+                .collect(),
             fleet,
             series,
         }
@@ -683,7 +701,7 @@ impl Store {
         for (id, src) in self.sources.iter().enumerate() {
             if let Some(src) = src {
                 source_index[id] = sources.len() as u32;
-                sources.push(SourceState {
+                sources.push(SourceCopy {
                     resource: src.resource.clone(),
                     age: now.saturating_sub(src.last_seen()),
                 });

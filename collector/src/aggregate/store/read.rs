@@ -400,7 +400,7 @@ pub(crate) fn otlp_rows(store: &Store, now: u64, include_sources: bool) -> OtlpR
         }
         for (source, points) in per_source {
             if let Some(src) = store.sources[source as usize].as_ref() {
-                sources.push((src.resource.clone(), points));
+                sources.push((src.resource.to_vec(), points));
             }
         }
     }
