@@ -357,14 +357,13 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// What the collector's checkpointer does with the file's bytes (`storage.rs`): a
-/// temporary file written and fsynced, renamed over the state file, the directory
-/// fsynced.
-fn write_atomically(dir: &std::path::Path, bytes: &[u8]) {
-    use std::io::Write as _;
+/// What the collector's checkpointer does with a snapshot (`storage.rs`): a temporary
+/// file written a chunk at a time and fsynced, renamed over the state file, the
+/// directory fsynced.
+fn write_atomically(dir: &std::path::Path, snapshot: &higgsmeter_collector::StateSnapshot) {
     let temp = dir.join(".state.tmp");
     let mut file = std::fs::File::create(&temp).expect("create the temporary file");
-    file.write_all(bytes).expect("write");
+    snapshot.write_to(&mut file).expect("write");
     file.sync_all().expect("fsync");
     std::fs::rename(&temp, dir.join("state")).expect("rename");
     std::fs::File::open(dir)
@@ -376,8 +375,9 @@ fn write_atomically(dir: &std::path::Path, bytes: &[u8]) {
 /// attribute, so as many fleet series again: 100 workers make the "100k" state (100 k
 /// per-source + 100 k fleet series), 250 the "500k" one (250 k + 250 k). Measured: the
 /// copy taken under the store's lock (what ingest waits for), the encoding done after it
-/// is released, and the whole checkpoint as the collector runs it (copy, encode, atomic
-/// write with fsyncs to a directory under the temporary directory, the copy dropped): its
+/// is released, and the whole checkpoint as the collector runs it (copy, encode and
+/// atomic write with fsyncs to a directory under the temporary directory, the copy
+/// emptied for the next one): its
 /// wall time and its thread's CPU time (the share of a core it takes every
 /// `checkpoint_interval`).
 fn checkpoint(c: &mut Criterion) {
@@ -406,10 +406,7 @@ fn checkpoint(c: &mut Criterion) {
             b.iter(|| black_box(snapshot.encode().len()))
         });
         drop(snapshot);
-        let whole = || {
-            let bytes = aggregator.snapshot_state().encode();
-            write_atomically(&dir, &bytes);
-        };
+        let whole = || write_atomically(&dir, &aggregator.snapshot_state());
         group.bench_function(format!("whole_{tag}_series"), |b| b.iter(whole));
         group.bench_function(format!("whole_cpu_{tag}_series"), |b| {
             b.iter_custom(|rounds| {
