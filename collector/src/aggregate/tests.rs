@@ -991,6 +991,62 @@ fn checkpoint_files_are_what_prost_writes() {
     assert_eq!(copy.encode("x", 1, 2), by_prost(&copy, "x", 1, 2));
 }
 
+/// The collector keeps one copy and refills it at every checkpoint: a copy that held
+/// another, larger state writes exactly what a fresh one does (nothing of the old state
+/// stays), and the file written a chunk at a time through `write_to` (here after other
+/// bytes, as a seekable writer may hold) is the same file.
+#[test]
+fn a_reused_checkpoint_copy_writes_what_a_fresh_one_does() {
+    let mut s = golden_store();
+    let mut reused = s.checkpoint(SEC);
+    // The state shrinks (every source forgotten), then grows back differently.
+    s.sweep(10_000 * SEC);
+    let req = request(
+        worker(1),
+        vec![counter("c.later", false, vec![point(vec![], 1, 5, 2.5)])],
+    );
+    ingest(&mut s, &req, 10_001 * SEC);
+    // Enough series that the payload spans several of `write_to`'s chunks (256 KiB).
+    let many = (0..8_000)
+        .map(|i| {
+            point(
+                vec![kv("op", &format!("operation-{i}"))],
+                1,
+                5,
+                f64::from(i),
+            )
+        })
+        .collect();
+    ingest(
+        &mut s,
+        &request(worker(2), vec![counter("c.many", false, many)]),
+        10_001 * SEC,
+    );
+    s.checkpoint_into(10_001 * SEC, &mut reused);
+    let fresh = s.checkpoint(10_001 * SEC);
+    let bytes = fresh.encode("x", 1, 2);
+    assert!(bytes.len() > 2 * 256 * 1024, "{} bytes", bytes.len());
+    assert_eq!(reused.encode("x", 1, 2), bytes);
+    let mut by_prost = fresh.to_state();
+    by_prost.instance_id = "x".into();
+    by_prost.origin_unix_nanos = 1;
+    by_prost.written_unix_nanos = 2;
+    assert_eq!(by_prost.encode(), bytes, "the bytes prost writes");
+    let state = StateFile::decode(&bytes).expect("decode");
+    assert_eq!(state.instance_id, "x");
+    let mut file = std::io::Cursor::new(b"before".to_vec());
+    file.set_position(6);
+    reused.write_to(&mut file, "x", 1, 2).expect("write");
+    assert_eq!(&file.get_ref()[..6], b"before");
+    assert_eq!(&file.get_ref()[6..], bytes.as_slice());
+    // Emptied, it holds nothing (the labels it shared are let go) but keeps its room.
+    reused.clear();
+    assert_eq!(
+        reused.encode("", 0, 0),
+        Store::new(golden_config()).checkpoint(SEC).encode("", 0, 0)
+    );
+}
+
 /// Without state, a source that started before the state's origin counts only what
 /// it adds after its first point; one that started after counts everything; a new
 /// series of a source already known counts everything.

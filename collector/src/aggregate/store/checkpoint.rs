@@ -301,8 +301,25 @@ impl StoreCopy {
     }
 
     /// Empties the copy, keeping its buffers' room for the next one (the labels it
-    /// shared are let go).
+    /// shared are let go). A buffer with room for more than twice what it held gives
+    /// the rest back: a fleet that shrinks does not keep its largest copy's memory.
     pub(crate) fn clear(&mut self) {
+        fn empty<T>(v: &mut Vec<T>) {
+            let held = v.len();
+            v.clear();
+            if v.capacity() > 2 * held {
+                v.shrink_to(held);
+            }
+        }
+        empty(&mut self.metrics);
+        empty(&mut self.sources);
+        empty(&mut self.fleet);
+        empty(&mut self.series);
+        empty(&mut self.hists);
+    }
+
+    /// Empties the copy, keeping all of its buffers' room.
+    fn reset(&mut self) {
         self.metrics.clear();
         self.sources.clear();
         self.fleet.clear();
@@ -689,7 +706,8 @@ impl Store {
     /// [`Store::checkpoint`] into `copy` (emptied first), reusing its buffers: a
     /// checkpoint of a steady state allocates no more than the one before did.
     pub(crate) fn checkpoint_into(&self, now: u64, copy: &mut StoreCopy) {
-        copy.clear();
+        // Not `clear`: a copy handed back empty would give all of its room away.
+        copy.reset();
         let StoreCopy {
             metrics,
             sources,
