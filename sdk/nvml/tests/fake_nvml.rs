@@ -63,12 +63,24 @@ fn collect_until(
     meter: &NvmlMeter,
     done: impl Fn(&[support::Point]) -> bool,
 ) -> Vec<support::Point> {
+    collect_counting(pipeline, meter, done).0
+}
+
+/// [`collect_until`], also returning how many samples it took: one, unless the XID
+/// thread was slower than the first (a loaded machine).
+fn collect_counting(
+    pipeline: &Pipeline,
+    meter: &NvmlMeter,
+    done: impl Fn(&[support::Point]) -> bool,
+) -> (Vec<support::Point>, u32) {
     let deadline = Instant::now() + Duration::from_secs(30);
+    let mut samples = 0;
     loop {
         meter.sample_now();
+        samples += 1;
         let points = pipeline.collect();
         if done(&points) || Instant::now() > deadline {
-            return points;
+            return (points, samples);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -79,7 +91,7 @@ fn gauges() {
     let meter = start(&pipeline, Variant::Complete);
     assert_eq!(meter.devices().len(), 2);
     // The XID in the fake's event file (13 on GPU 0) arrives on the XID thread.
-    let points = collect_until(&pipeline, &meter, |points| {
+    let (points, sampled) = collect_counting(&pipeline, &meter, |points| {
         !of(points, "hw.gpu.xid.errors", &fake_uuid(0)).is_empty()
     });
     let (gpu0, gpu1) = (fake_uuid(0), fake_uuid(1));
@@ -184,8 +196,10 @@ fn gauges() {
     );
     assert_eq!(value(&points, "hw.gpu.process.memory.usage", &gpu1), 0.0);
 
-    // Two samples (start and sample_now); GPU 0 active from the first, GPU 1 idle.
-    assert_eq!(value(&points, "hw.gpu.session.samples", &gpu0), 2.0);
+    // The sample at start and each `sample_now` (one, unless the XID came late); GPU 0
+    // active from the first, GPU 1 idle.
+    let samples = f64::from(1 + sampled);
+    assert_eq!(value(&points, "hw.gpu.session.samples", &gpu0), samples);
     assert_eq!(
         value(&points, "hw.gpu.session.utilization.peak", &gpu0),
         0.42
@@ -194,7 +208,7 @@ fn gauges() {
         value(&points, "hw.gpu.session.memory.usage.peak", &gpu0),
         40e9
     );
-    assert_eq!(value(&points, "hw.gpu.session.samples", &gpu1), 2.0);
+    assert_eq!(value(&points, "hw.gpu.session.samples", &gpu1), samples);
     assert!(of(&points, "hw.gpu.session.active_time", &gpu1).is_empty());
     assert!(of(&points, "hw.gpu.session.time_to_first_active", &gpu1).is_empty());
     let active = of(&points, "hw.gpu.session.active_time", &gpu0);
