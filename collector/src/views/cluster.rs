@@ -34,6 +34,31 @@ pub(crate) struct SourceReading {
     pub(crate) live: bool,
 }
 
+/// A source's identity as the cluster page's JSON documents show it, first in each
+/// source's object (`#[serde(flatten)]`).
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct SourceIdentity<'a> {
+    rank: Option<&'a str>,
+    #[serde(rename = "service.name")]
+    service_name: Option<&'a str>,
+    #[serde(rename = "service.instance.id")]
+    service_instance_id: Option<&'a str>,
+    #[serde(rename = "host.name")]
+    host_name: Option<&'a str>,
+}
+
+impl SourceReading {
+    /// Its identity, borrowed.
+    pub(crate) fn identity(&self) -> SourceIdentity<'_> {
+        SourceIdentity {
+            rank: self.rank.as_deref(),
+            service_name: self.service_name.as_deref(),
+            service_instance_id: self.service_instance_id.as_deref(),
+            host_name: self.host_name.as_deref(),
+        }
+    }
+}
+
 /// The collector's own times, as the cluster page shows them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct CollectorClock {

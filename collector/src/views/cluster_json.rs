@@ -19,7 +19,7 @@ use higgsmeter_catalog::{
 use serde::Serialize;
 use serde_json::{Map, Value as Json};
 
-use super::cluster::{ClusterReading, SourceReading};
+use super::cluster::{ClusterReading, SourceIdentity, SourceReading};
 
 const NANOS: f64 = 1e9;
 
@@ -237,13 +237,8 @@ fn object(pairs: &[(String, f64)]) -> Json {
 /// One source in `/api/cluster`.
 #[derive(Debug, Serialize)]
 struct SourceJson<'a> {
-    rank: Option<&'a str>,
-    #[serde(rename = "service.name")]
-    service_name: Option<&'a str>,
-    #[serde(rename = "service.instance.id")]
-    service_instance_id: Option<&'a str>,
-    #[serde(rename = "host.name")]
-    host_name: Option<&'a str>,
+    #[serde(flatten)]
+    identity: SourceIdentity<'a>,
     state: Option<&'static str>,
     state_code: Option<i64>,
     seconds_by_state: Json,
@@ -309,10 +304,7 @@ pub(crate) fn cluster_json(reading: &ClusterReading, history: &ClusterHistory) -
             }
         }
         sources.push(SourceJson {
-            rank: s.rank.as_deref(),
-            service_name: s.service_name.as_deref(),
-            service_instance_id: s.service_instance_id.as_deref(),
-            host_name: s.host_name.as_deref(),
+            identity: s.identity(),
             state,
             state_code: s.state_code,
             seconds_by_state: object(&s.seconds_by_state),

@@ -28,7 +28,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use higgsmeter_catalog::{STATE_GPU, STATES, state_by_code, state_by_name};
 use serde::Serialize;
 
-use super::cluster::{ClusterReading, SourceReading};
+use super::cluster::{ClusterReading, SourceIdentity, SourceReading};
 
 const NANOS: u64 = 1_000_000_000;
 
@@ -347,13 +347,8 @@ fn offset(at: u64, now: u64) -> f64 {
 /// One lane in the timeline document.
 #[derive(Debug, Serialize)]
 struct LaneJson<'a> {
-    rank: Option<&'a str>,
-    #[serde(rename = "service.name")]
-    service_name: Option<&'a str>,
-    #[serde(rename = "service.instance.id")]
-    service_instance_id: Option<&'a str>,
-    #[serde(rename = "host.name")]
-    host_name: Option<&'a str>,
+    #[serde(flatten)]
+    identity: SourceIdentity<'a>,
     live: bool,
     /// The current state (the last transition's), `silent` when not live.
     state: &'static str,
@@ -436,10 +431,7 @@ fn summarize<'a>(source: &'a SourceReading, lane: &'a Lane, now: u64, window: u6
     };
     Summary {
         json: LaneJson {
-            rank: source.rank.as_deref(),
-            service_name: source.service_name.as_deref(),
-            service_instance_id: source.service_instance_id.as_deref(),
-            host_name: source.host_name.as_deref(),
+            identity: source.identity(),
             live: source.live,
             state: NAMES[usize::from(state)],
             operation: last.map_or("", |l| lane.operation_name(l.op)),
