@@ -123,7 +123,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use aggregate::{
     AggregateConfig, Aggregator, DecodeError, GaugeAggregation, GaugeRule, IngestResult, JsonError,
-    StateSnapshot, View,
+    SERIES_PER_MIB, StateSnapshot, View,
 };
 pub use config::{Config, Overrides, Plan};
 pub use error::Error;

@@ -19,7 +19,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 
-pub use config::{AggregateConfig, GaugeAggregation, GaugeRule};
+pub use config::{AggregateConfig, GaugeAggregation, GaugeRule, SERIES_PER_MIB};
 use store::Store;
 pub(crate) use store::{CheckpointError, Outcome, RestoreCount, StateFile};
 pub use wire::DecodeError;

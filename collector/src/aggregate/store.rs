@@ -21,15 +21,17 @@ mod checkpoint;
 mod index;
 mod labels;
 mod limits;
+mod overflow;
 mod points;
 mod read;
 
 pub(crate) use accumulate::Hist;
-use index::{SeriesIndex, attrs_equal, attrs_hash, canonical};
+use index::{SeriesIndex, attrs_equal, attrs_hash, canonical, salted, stream_key};
 pub(crate) use labels::value_string;
 use labels::{SeriesLabels, SourceLabels, series_labels, source_labels};
 
 pub(crate) use checkpoint::{CheckpointError, RestoreCount, StateFile, StoreCopy};
+use overflow::{Folds, Quota, is_overflow, new_folds};
 
 /// OTLP's `DataPointFlags.NO_RECORDED_VALUE`.
 const FLAG_NO_RECORDED_VALUE: u32 = 1;
@@ -40,6 +42,18 @@ const BASELINE_WINDOW: u64 = 1_000_000_000;
 
 /// Names the collector exports itself; received metrics may not use them.
 pub(crate) const TARGET_INFO: &str = "target_info";
+
+/// Where a point goes: see [`Store::locate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// Its series.
+    Series(u32),
+    /// Folded into its source's overflow series of the metric: the stream's key
+    /// (the hash of its attributes).
+    Fold(u64),
+    /// A new series, decided under the write lock ([`Store::series_for`]).
+    New,
+}
 
 /// What became of one request's points.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -97,6 +111,14 @@ pub(crate) struct Source {
     /// Monotonic ns of its last request: set by ingest under the store's read lock.
     last_seen: AtomicU64,
     series: usize,
+    /// Its series per metric (the `max_series_per_source_metric` quota).
+    per_metric: HashMap<u32, u32>,
+    /// Its quotas and reserve apply (not to a lower collector's fleet export, which
+    /// that collector's own quotas bound).
+    limited: bool,
+    /// Its folded streams, per overflowing metric (behind its own lock: folding runs
+    /// under the store's read lock).
+    folds: Mutex<Folds>,
     /// This source's series by the hash of their metric and attributes. Per source, not
     /// one map for the store: a request's points are a few sources' series, so their
     /// look-ups stay in a few small maps the cache holds (one store-wide map of 500,000
@@ -144,6 +166,9 @@ pub(crate) struct Series {
     labels: std::sync::Arc<str>,
     /// Summed into the fleet (false for a forwarded source's series).
     counted: bool,
+    /// Its source's overflow series of its metric: points reach it folded, never as
+    /// its own stream.
+    overflow: bool,
     state: Mutex<SeriesState>,
 }
 
@@ -292,6 +317,13 @@ pub(crate) struct Store {
     /// series holds any more go at the next sweep.
     attr_sets: HashSet<std::sync::Arc<[(String, String)]>>,
     series_held: usize,
+    /// The series budget ([`AggregateConfig::series_budget`]).
+    budget: usize,
+    /// Series still reserved for held sources below their reserve: the sum over
+    /// limited sources of `reserved_series_per_source - series` (where positive).
+    reserve_outstanding: usize,
+    /// Folded streams held by all sources (see [`overflow`]); changed under the read lock.
+    folded: AtomicU64,
     fleet: Vec<Fleet>,
     fleet_index: HashMap<(u32, String), u32>,
     static_labels: Vec<(String, String)>,
@@ -349,8 +381,12 @@ impl Store {
             .map(|(k, v)| (sanitize_label_name(k), v.clone()))
             .collect::<Vec<_>>();
         let sum_over = config.sum_over.clone();
+        let budget = config.series_budget();
         Store {
             config,
+            budget,
+            reserve_outstanding: 0,
+            folded: AtomicU64::new(0),
             stale_after,
             forget_after,
             metrics: Vec::new(),
@@ -425,7 +461,24 @@ impl Store {
         Some(id)
     }
 
-    pub(crate) fn source_for(&mut self, attrs: &[Kv<'_>], now: u64) -> u32 {
+    /// The source of resource `attrs`, added when it is new and the budget has room for
+    /// its reserve (else refused: see [`Store::admit_source`]).
+    pub(crate) fn source_for(
+        &mut self,
+        attrs: &[Kv<'_>],
+        now: u64,
+    ) -> Result<u32, (RefusalReason, String)> {
+        self.find_or_add_source(attrs, now, true)
+    }
+
+    /// The source of resource `attrs`, added when it is new; `admit`: only if the
+    /// budget has room for it (a restored source is always taken back).
+    fn find_or_add_source(
+        &mut self,
+        attrs: &[Kv<'_>],
+        now: u64,
+        admit: bool,
+    ) -> Result<u32, (RefusalReason, String)> {
         let key = canonical(attrs);
         if let Some(&id) = self.source_by_key.get(&key) {
             if let Some(s) = self.sources[id as usize].as_mut() {
@@ -435,7 +488,7 @@ impl Store {
                     self.awaiting = self.awaiting.saturating_sub(1);
                 }
             }
-            return id;
+            return Ok(id);
         }
         let SourceLabels {
             labels,
@@ -443,6 +496,10 @@ impl Store {
             fleet_job,
             aggregate,
         } = source_labels(&key, &self.sum_over, &self.static_labels);
+        let limited = !aggregate;
+        if admit {
+            self.admit_source(limited, now)?;
+        }
         let forwarded = key.iter().any(|(k, _)| k == FORWARDED_BY);
         let source = Source {
             resource: attrs
@@ -459,6 +516,9 @@ impl Store {
             fleet_job,
             last_seen: AtomicU64::new(now),
             series: 0,
+            per_metric: HashMap::new(),
+            limited,
+            folds: new_folds(),
             index: SeriesIndex::default(),
             baseline_until: now.saturating_add(BASELINE_WINDOW),
             awaited: false,
@@ -476,7 +536,10 @@ impl Store {
             }
         };
         self.source_by_key.insert(key, id);
-        id
+        if limited {
+            self.reserve_outstanding += self.config.reserved_series_per_source;
+        }
+        Ok(id)
     }
 
     /// The id of a metric already known (the read lock's part of
@@ -566,13 +629,10 @@ impl Store {
                 ),
             ));
         }
-        if self.metrics.len() >= self.config.max_series {
+        if self.metrics.len() >= self.budget {
             return Err((
                 RefusalReason::Cardinality,
-                format!(
-                    "too many metric names (max_series = {})",
-                    self.config.max_series
-                ),
+                format!("too many metric names (the series budget: {})", self.budget),
             ));
         }
         let help = match family {
@@ -641,10 +701,12 @@ impl Store {
         ))
     }
 
-    /// The per-source series of `attrs` when it exists (the read lock's part of
-    /// [`Store::series_for`]).
+    /// The per-source series of `attrs` when it exists.
     pub(crate) fn find_series(&self, source: u32, metric: u32, attrs: &[Kv<'_>]) -> Option<u32> {
-        let hash = attrs_hash(source, metric, attrs);
+        self.find_hashed(source, metric, attrs, attrs_hash(source, metric, attrs))
+    }
+
+    fn find_hashed(&self, source: u32, metric: u32, attrs: &[Kv<'_>], hash: u64) -> Option<u32> {
         self.sources
             .get(source as usize)?
             .as_ref()?
@@ -654,6 +716,27 @@ impl Store {
                     s.source == source && s.metric == metric && attrs_equal(&s.attrs, attrs)
                 })
             })
+    }
+
+    /// Where a point of `attrs` goes (the read lock's part of [`Store::series_for`]):
+    /// its series, its source's overflow series (a stream folded before, a point
+    /// marked as overflow, or a new stream past a quota), or `New`: decided under the
+    /// write lock.
+    pub(crate) fn locate(&self, source: u32, metric: u32, attrs: &[Kv<'_>]) -> Found {
+        let key = stream_key(attrs);
+        if let Some(id) = self.find_hashed(source, metric, attrs, salted(key, source, metric)) {
+            return match self.series[id as usize].as_ref() {
+                Some(s) if s.overflow => Found::Fold(key),
+                _ => Found::Series(id),
+            };
+        }
+        let (overflowing, folded) = self.folded(source, metric, key);
+        if folded
+            || (overflowing && (is_overflow(attrs) || self.over_quota(source, metric).is_some()))
+        {
+            return Found::Fold(key);
+        }
+        Found::New
     }
 
     /// The shared copy of an attribute set (added when it is new).
@@ -666,8 +749,38 @@ impl Store {
         set
     }
 
-    /// Finds or creates the per-source series of `attrs`; `bounds` for histograms.
+    /// Finds or creates the per-source series of `attrs` (`bounds` for histograms), or
+    /// says the point folds into its source's overflow series (created here when it
+    /// is the first): a point marked as overflow, or past its source's quota.
     pub(crate) fn series_for(
+        &mut self,
+        source: u32,
+        metric: u32,
+        name: NameIx,
+        attrs: &[Kv<'_>],
+        bounds: Option<&[f64]>,
+        now: u64,
+    ) -> Result<Found, (RefusalReason, String)> {
+        let found = self.locate(source, metric, attrs);
+        if !matches!(found, Found::New) {
+            return Ok(found);
+        }
+        let why = if is_overflow(attrs) {
+            Some(Quota::Marked)
+        } else {
+            self.must_fold(source, metric, now)
+        };
+        if let Some(why) = why {
+            self.overflow_series(source, metric, name, bounds, now, why)?;
+            return Ok(Found::Fold(stream_key(attrs)));
+        }
+        self.create_series(source, metric, name, attrs, bounds, now, false)
+            .map(Found::Series)
+    }
+
+    /// A restored series: created within its source's quotas (past them, or past the
+    /// budget, it is left out), an overflow series always.
+    pub(super) fn restore_series(
         &mut self,
         source: u32,
         metric: u32,
@@ -679,8 +792,29 @@ impl Store {
         if let Some(id) = self.find_series(source, metric, attrs) {
             return Ok(id);
         }
+        if is_overflow(attrs) {
+            return self.create_series(source, metric, name, attrs, bounds, now, true);
+        }
+        if let Some(why) = self.over_quota(source, metric) {
+            return Err((RefusalReason::Cardinality, format!("{why:?}")));
+        }
+        self.create_series(source, metric, name, attrs, bounds, now, false)
+    }
+
+    /// Creates the per-source series of `attrs` (not there yet); `overflow` for its
+    /// source's overflow series of the metric.
+    #[allow(clippy::too_many_arguments)]
+    fn create_series(
+        &mut self,
+        source: u32,
+        metric: u32,
+        name: NameIx,
+        attrs: &[Kv<'_>],
+        bounds: Option<&[f64]>,
+        now: u64,
+        overflow: bool,
+    ) -> Result<u32, (RefusalReason, String)> {
         let hash = attrs_hash(source, metric, attrs);
-        self.check_limits(metric, now)?;
         let attrs_key = canonical(attrs);
         let Some(src) = self.sources[source as usize].as_ref() else {
             return Err((RefusalReason::Invalid, "source vanished".to_owned()));
@@ -747,6 +881,7 @@ impl Store {
             attrs: self.attr_set(attrs_key),
             labels,
             counted: !src_forwarded,
+            overflow,
             state: Mutex::new(SeriesState {
                 last_seen: now,
                 start: 0,
@@ -768,8 +903,8 @@ impl Store {
         self.series_held += 1;
         self.layout = self.layout.wrapping_add(1);
         self.metrics[metric as usize].series += 1;
+        self.series_added(source, metric);
         if let Some(s) = self.sources[source as usize].as_mut() {
-            s.series += 1;
             s.index.insert(hash, id);
         }
         Ok(id)

@@ -82,11 +82,22 @@ impl Plan {
         }
         lines.push(self.state_summary());
         lines.push(format!(
-            "limits: {} series in all, {} per metric; shutdown within {}",
-            a.max_series,
-            a.max_series_per_metric,
-            dur(self.shutdown_timeout)
+            "limits: a budget of {} series ({}), so at most {} sources; each source holds up to {} series, {} of one metric, and {} are kept for it; past a quota its new series fold into one overflow series per metric",
+            a.series_budget(),
+            match a.max_series {
+                Some(_) => "max_series".to_owned(),
+                None => format!(
+                    "memory_limit_mib {} at {} series a MiB",
+                    a.memory_limit_mib,
+                    crate::aggregate::SERIES_PER_MIB
+                ),
+            },
+            a.max_sources(),
+            a.max_series_per_source,
+            a.max_series_per_source_metric,
+            a.reserved_series_per_source,
         ));
+        lines.push(format!("shutdown within {}", dur(self.shutdown_timeout)));
         lines.extend(self.receivers.iter().map(|r| r.security()));
         lines.extend(self.exporters.iter().filter_map(|e| e.security()));
         lines
@@ -113,7 +124,8 @@ mod tests {
             "  gauges: no rules; the catalog's rule for its families; else sources_only",
             "  otlp to http://127.0.0.1:14317: every 1s",
             "aggregation state: none",
-            "limits: 200000 series in all, 50000 per metric; shutdown within 10s",
+            "limits: a budget of 1048576 series (memory_limit_mib 1024 at 1024 series a MiB), so at most 16384 sources; each source holds up to 16384 series, 4096 of one metric, and 64 are kept for it; past a quota its new series fold into one overflow series per metric",
+            "shutdown within 10s",
             "OTLP/gRPC receiver otlp: plaintext",
         ] {
             assert!(text.contains(want), "no `{want}` in:\n{text}");

@@ -109,6 +109,33 @@ pub const COLLECTOR_SERIES: Family = Family {
     fleet: Fleet::Sum,
 };
 
+/// `higgsmeter_collector_series_budget` (gauge): the series budget, the most series
+/// held in all (`processors.higgsmeter.memory_limit_mib` × 1,024, or `max_series`);
+/// compare `higgsmeter_collector_series` summed over its views.
+pub const COLLECTOR_SERIES_BUDGET: Family = Family {
+    name: "higgsmeter_collector_series_budget",
+    kind: Kind::Gauge,
+    help: "The series budget: the most series held in memory in all (per-source, overflow and fleet)",
+    unit: "{series}",
+    labels: &[],
+    buckets: &[],
+    fleet: Fleet::Sum,
+};
+
+/// `higgsmeter_collector_overflow_points_total` (counter): points folded into a
+/// source's overflow series (`otel_metric_overflow="true"`) because the source was past
+/// its series quota, by metric, with the source's identity labels (`job`, `instance`,
+/// `rank`, …): which source's labels ran away. Totals stay exact; label detail is lost.
+pub const COLLECTOR_OVERFLOW_POINTS: Family = Family {
+    name: "higgsmeter_collector_overflow_points_total",
+    kind: Kind::Counter,
+    help: "Points folded into a source's overflow series because the source was past its series quota, by metric and source",
+    unit: "{point}",
+    labels: &["metric"],
+    buckets: &[],
+    fleet: Fleet::Sum,
+};
+
 /// `higgsmeter_collector_exports_total` (counter): requests to the upstream, by
 /// exporter (`otlp`, `otlphttp`, `prometheusremotewrite`) and outcome (`ok`,
 /// `failed`; every failed attempt, retries and refused requests included).
@@ -240,6 +267,8 @@ pub const COLLECTOR_FAMILIES: &[Family] = &[
     COLLECTOR_POINTS_REFUSED,
     COLLECTOR_SOURCES,
     COLLECTOR_SERIES,
+    COLLECTOR_SERIES_BUDGET,
+    COLLECTOR_OVERFLOW_POINTS,
     COLLECTOR_EXPORTS,
     COLLECTOR_EXPORT_QUEUE_DEPTH,
     COLLECTOR_EXPORT_DROPPED,

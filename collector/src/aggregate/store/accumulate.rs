@@ -64,7 +64,7 @@ impl Hist {
         }
     }
 
-    fn add(&mut self, counts: &[u64], count: u64, sum: f64) {
+    pub(super) fn add(&mut self, counts: &[u64], count: u64, sum: f64) {
         for (a, b) in self.counts.iter_mut().zip(counts) {
             *a = a.saturating_add(*b);
         }

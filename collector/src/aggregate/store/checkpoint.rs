@@ -11,7 +11,10 @@
 //! its source, metric (and which of the metric's names created it), point attributes,
 //! start and last point time, last cumulative value (or histogram) and last-seen age;
 //! the fleet accumulators (counters and histograms) with their labels; and the metric
-//! metadata (name, kind, help, unit, the names merged into it: ADR 13).
+//! metadata (name, kind, help, unit, the names merged into it: ADR 13); and per
+//! folded stream (ADR 20) its source, metric, key (the hash of its attributes), start,
+//! last time, last value (or histogram) and last-seen age, so that an overflow series
+//! goes on after a restart exactly as an ordinary one does.
 //! Labels are derived again from the current configuration on restore, so a restart
 //! with other `sum_over` or `static_labels` starts new fleet series beside the
 //! restored ones instead of mixing them.
@@ -72,6 +75,33 @@ pub(crate) struct StateFile {
     fleet: Vec<FleetState>,
     #[prost(message, repeated, tag = "7")]
     series: Vec<SeriesState>,
+    #[prost(message, repeated, tag = "8")]
+    folded: Vec<FoldedState>,
+}
+
+/// A stream folded into its source's overflow series of a metric (ADR 0020).
+#[derive(Clone, PartialEq, prost::Message)]
+struct FoldedState {
+    #[prost(uint32, tag = "1")]
+    source: u32,
+    #[prost(uint32, tag = "2")]
+    metric: u32,
+    /// The hash of its attributes.
+    #[prost(fixed64, tag = "3")]
+    key: u64,
+    #[prost(fixed64, tag = "4")]
+    start: u64,
+    #[prost(fixed64, tag = "5")]
+    time: u64,
+    /// How long before the write it was last seen, ns.
+    #[prost(uint64, tag = "6")]
+    age: u64,
+    /// A counter's last cumulative value or a gauge's value.
+    #[prost(double, tag = "7")]
+    value: f64,
+    /// A histogram's last point, with its bounds.
+    #[prost(message, optional, tag = "8")]
+    hist: Option<HistState>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -262,6 +292,7 @@ pub(crate) struct StoreCopy {
     sources: Vec<SourceCopy>,
     fleet: Vec<FleetCopy>,
     series: Vec<SeriesCopy>,
+    folded: Vec<FoldedCopy>,
     /// Every histogram's `HistState` fields but its bounds (counts packed, count,
     /// sum), protobuf-encoded, back to back: a quarter of the numbers' size.
     hists: Vec<u8>,
@@ -273,9 +304,23 @@ struct SourceCopy {
     age: u64,
 }
 
+/// A folded stream, as [`FoldedState`] (its source an index into the copy's).
+pub(super) struct FoldedCopy {
+    pub(super) source: u32,
+    pub(super) metric: u32,
+    pub(super) key: u64,
+    pub(super) start: u64,
+    pub(super) time: u64,
+    pub(super) age: u64,
+    /// A counter's or gauge's value.
+    pub(super) value: f64,
+    /// A histogram: its bounds and fields.
+    pub(super) hist: Option<(std::sync::Arc<[f64]>, HistAt)>,
+}
+
 /// Where a histogram's fields are in [`StoreCopy::hists`].
 #[derive(Clone, Copy)]
-struct HistAt {
+pub(super) struct HistAt {
     at: usize,
     len: usize,
 }
@@ -296,6 +341,7 @@ impl StoreCopy {
             sources: Vec::new(),
             fleet: Vec::new(),
             series: Vec::new(),
+            folded: Vec::new(),
             hists: Vec::new(),
         }
     }
@@ -315,6 +361,7 @@ impl StoreCopy {
         empty(&mut self.sources);
         empty(&mut self.fleet);
         empty(&mut self.series);
+        empty(&mut self.folded);
         empty(&mut self.hists);
     }
 
@@ -324,6 +371,7 @@ impl StoreCopy {
         self.sources.clear();
         self.fleet.clear();
         self.series.clear();
+        self.folded.clear();
         self.hists.clear();
     }
 
@@ -334,7 +382,7 @@ impl StoreCopy {
     }
 
     /// Writes the fields of `h` into `hists`.
-    fn copy_hist(hists: &mut Vec<u8>, h: &Hist) -> HistAt {
+    pub(super) fn copy_hist(hists: &mut Vec<u8>, h: &Hist) -> HistAt {
         let at = hists.len();
         pb::hist_fields(hists, &h.counts, h.count, h.sum);
         HistAt {
@@ -505,6 +553,21 @@ impl StoreCopy {
             });
             out.spill()?;
         }
+        for f in &self.folded {
+            pb::message(&mut out.buf, 8, |out| {
+                pb::uint(out, 1, u64::from(f.source));
+                pb::uint(out, 2, u64::from(f.metric));
+                pb::fixed64(out, 3, f.key);
+                pb::fixed64(out, 4, f.start);
+                pb::fixed64(out, 5, f.time);
+                pb::uint(out, 6, f.age);
+                pb::double(out, 7, f.value);
+                if let Some((bounds, h)) = &f.hist {
+                    pb::hist(out, 8, bounds, self.hist(*h));
+                }
+            });
+            out.spill()?;
+        }
         out.flush()?;
         let (len, crc) = (out.len, out.crc.finalize());
         w.seek(SeekFrom::Start(start))?;
@@ -573,6 +636,23 @@ impl StoreCopy {
                 .collect(),
             fleet,
             series,
+            folded: self
+                .folded
+                .iter()
+                .map(|f| FoldedState {
+                    source: f.source,
+                    metric: f.metric,
+                    key: f.key,
+                    start: f.start,
+                    time: f.time,
+                    age: f.age,
+                    value: f.value,
+                    hist: f.hist.as_ref().map(|(bounds, h)| HistState {
+                        bounds: bounds.to_vec(),
+                        ..HistState::decode(self.hist(*h)).unwrap_or_default()
+                    }),
+                })
+                .collect(),
         }
     }
 }
@@ -713,6 +793,7 @@ impl Store {
             sources,
             fleet,
             series: copies,
+            folded,
             hists,
         } = copy;
         let mut source_index = vec![u32::MAX; self.sources.len()];
@@ -780,6 +861,11 @@ impl Store {
                 value,
                 aux,
             });
+        }
+        for (id, src) in self.sources.iter().enumerate() {
+            if let Some(src) = src {
+                self.copy_folded(src, source_index[id], now, folded, hists);
+            }
         }
     }
 
@@ -890,7 +976,9 @@ impl Store {
                 .map(|b| wire::key_value(b))
                 .collect::<Result<Vec<Kv<'_>>, _>>()
                 .map_err(|e| CheckpointError::Decode(e.to_string()))?;
-            let id = self.source_for(&kvs, now);
+            let id = self
+                .find_or_add_source(&kvs, now, false)
+                .map_err(|(_, msg)| CheckpointError::Decode(msg))?;
             let live = self.is_live(at(s.age), now);
             if let Some(src) = self.sources[id as usize].as_mut() {
                 *src.last_seen.get_mut() = at(s.age);
@@ -964,7 +1052,8 @@ impl Store {
                 Value::Histogram(h) => Some(h.bounds.clone()),
                 _ => None,
             };
-            let Ok(id) = self.series_for(source, metric, name, &kvs, bounds.as_deref(), now) else {
+            let Ok(id) = self.restore_series(source, metric, name, &kvs, bounds.as_deref(), now)
+            else {
                 count.left_out += 1;
                 continue;
             };
@@ -982,6 +1071,26 @@ impl Store {
                 series.last_seen = at(s.age);
                 series.value = value;
                 count.series += 1;
+            }
+            if self.series[id as usize]
+                .as_ref()
+                .is_some_and(|s| s.overflow)
+            {
+                self.restored_overflow(source, metric, id);
+            }
+        }
+        for f in &state.folded {
+            let (Some(&source), Some(Some((metric, _)))) = (
+                source_ids.get(f.source as usize),
+                metric_ids.get(f.metric as usize),
+            ) else {
+                count.left_out += 1;
+                continue;
+            };
+            let hist = f.hist.as_ref().map(hist).transpose()?;
+            let last = (f.start, f.time, f.value, hist);
+            if !self.restore_folded(source, *metric, f.key, last, at(f.age)) {
+                count.left_out += 1;
             }
         }
         count.sources = source_ids.len();

@@ -95,6 +95,12 @@ fn mix(mut x: u64) -> u64 {
 }
 
 pub(super) fn attrs_hash(source: u32, metric: u32, attrs: &[Kv<'_>]) -> u64 {
+    salted(stream_key(attrs), source, metric)
+}
+
+/// The hash of point attributes alone, in any order: what tells a source's folded
+/// streams of one metric apart (kept in the checkpoint, where ids change).
+pub(super) fn stream_key(attrs: &[Kv<'_>]) -> u64 {
     let mut acc = 0u64;
     for kv in attrs {
         let h = fnv(kv.key.as_bytes(), 0xcbf2_9ce4_8422_2325);
@@ -105,7 +111,12 @@ pub(super) fn attrs_hash(source: u32, metric: u32, attrs: &[Kv<'_>]) -> u64 {
         };
         acc = acc.wrapping_add(mix(h));
     }
-    mix(acc ^ (u64::from(source) << 32 | u64::from(metric)).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    acc
+}
+
+/// [`stream_key`] with the series' source and metric: the index's hash.
+pub(super) fn salted(key: u64, source: u32, metric: u32) -> u64 {
+    mix(key ^ (u64::from(source) << 32 | u64::from(metric)).wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 pub(super) fn attrs_equal(stored: &[(String, String)], attrs: &[Kv<'_>]) -> bool {

@@ -67,7 +67,7 @@ impl Store {
     /// series, new here, of a source first seen just now, that started before the
     /// state's origin. What it counted before this collector (or its restored state)
     /// knew of it was never part of the fleet; adding it now would show a jump.
-    fn is_baseline(&self, source: u32, delta: bool, start: u64, now: u64) -> bool {
+    pub(super) fn is_baseline(&self, source: u32, delta: bool, start: u64, now: u64) -> bool {
         !delta
             && start != 0
             && start < self.baseline_before

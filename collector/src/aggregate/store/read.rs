@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use higgsmeter_catalog::{
-    COLLECTOR_SERIES, COLLECTOR_SOURCES, Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
+    COLLECTOR_OVERFLOW_POINTS, COLLECTOR_SERIES, COLLECTOR_SERIES_BUDGET, COLLECTOR_SOURCES,
+    Family, WORKER_CURRENT_STATE, WORKER_SOURCES_IN_STATE,
 };
 
 use super::super::config::{GaugeAcc, GaugeAggregation};
@@ -292,6 +293,26 @@ fn self_metrics(store: &Store, now: u64, stats: &SelfMetrics, out: &mut Rows) {
     add(&COLLECTOR_SERIES, &["fleet"], store.fleet.len() as f64);
     add(&COLLECTOR_SERIES, &["source"], store.series_held() as f64);
     add(&COLLECTOR_SOURCES, &[], store.live_sources(now) as f64);
+    add(&COLLECTOR_SERIES_BUDGET, &[], store.budget as f64);
+    // Which source overflowed: its identity labels, and the metric.
+    let overflow: Vec<Row> = store
+        .overflow_counts()
+        .into_iter()
+        .map(|(source, metric, points)| {
+            let mut pairs: Vec<(&str, &str)> = source
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            pairs.push((COLLECTOR_OVERFLOW_POINTS.labels[0], metric));
+            Row {
+                labels: with_static(store, &pairs),
+                value: RowValue::Number(points as f64),
+            }
+        })
+        .collect();
+    if !overflow.is_empty() {
+        families.push((&COLLECTOR_OVERFLOW_POINTS, overflow));
+    }
     families.sort_by_key(|(f, _)| f.name);
     for (family, rows) in families {
         out.push_family(family.name, family.help, family.kind.into())

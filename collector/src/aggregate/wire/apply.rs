@@ -8,7 +8,7 @@
 
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::super::store::{NameIx, Outcome, Store};
+use super::super::store::{Found, NameIx, Outcome, Store};
 use super::super::{MetricKind, RefusalReason};
 use super::{DataKind, DecodeError, HistPoint, Kv, MetricRef, NumberPoint, Visitor};
 
@@ -27,6 +27,7 @@ pub(crate) fn apply(
         out,
         resource: Vec::new(),
         source: None,
+        source_refused: None,
         current: None,
     };
     super::walk(req, &mut v)
@@ -48,6 +49,9 @@ struct Apply<'s, 'a> {
     out: &'s mut Outcome,
     resource: Vec<Kv<'a>>,
     source: Option<u32>,
+    /// Why the current resource's source was refused (a new source the budget has no
+    /// room for): its metrics' points are refused with this.
+    source_refused: Option<String>,
     /// The current metric: its id, which of its names, kind and temporality, or `None` when refused.
     current: Option<(u32, NameIx, MetricKind, bool)>,
 }
@@ -87,21 +91,62 @@ impl Apply<'_, '_> {
         }
     }
 
-    fn source(&mut self) -> u32 {
+    /// The current resource's source, or why it is refused.
+    fn source(&mut self) -> Result<u32, String> {
         if let Some(id) = self.source {
-            return id;
+            return Ok(id);
+        }
+        if let Some(msg) = &self.source_refused {
+            return Err(msg.clone());
         }
         let id = match self.store().find_source(&self.resource, self.now) {
             Some(id) => id,
             None => {
                 let (resource, now) = (std::mem::take(&mut self.resource), self.now);
-                let id = self.store_mut().source_for(&resource, now);
+                let found = self.store_mut().source_for(&resource, now);
                 self.resource = resource;
-                id
+                match found {
+                    Ok(id) => id,
+                    Err((_, msg)) => {
+                        self.source_refused = Some(msg.clone());
+                        return Err(msg);
+                    }
+                }
             }
         };
         self.source = Some(id);
-        id
+        Ok(id)
+    }
+
+    /// Where a point of the current metric goes: its series or its source's overflow
+    /// (`None`: refused, counted in the outcome).
+    fn locate(
+        &mut self,
+        (source, metric, name): (u32, u32, NameIx),
+        attrs: &[Kv<'_>],
+        bounds: Option<&[f64]>,
+    ) -> Option<Found> {
+        let now = self.now;
+        let found = match self.store().locate(source, metric, attrs) {
+            Found::New => match self
+                .store_mut()
+                .series_for(source, metric, name, attrs, bounds, now)
+            {
+                Ok(found) => found,
+                Err((reason, msg)) => {
+                    self.out.refuse(reason, 1, || msg);
+                    return None;
+                }
+            },
+            found => found,
+        };
+        if let Found::Series(id) = found
+            && let Err((reason, msg)) = self.store().check_series_name(id, name)
+        {
+            self.out.refuse(reason, 1, || msg);
+            return None;
+        }
+        Some(found)
     }
 }
 
@@ -110,6 +155,7 @@ impl<'a> Visitor<'a> for Apply<'_, 'a> {
         self.resource.clear();
         self.resource.extend_from_slice(attrs);
         self.source = None;
+        self.source_refused = None;
     }
 
     fn metric(&mut self, m: &MetricRef<'a>) {
@@ -152,10 +198,10 @@ impl<'a> Visitor<'a> for Apply<'_, 'a> {
             None => self.store_mut().metric_id(m, kind),
         };
         match found {
-            Ok((id, name)) => {
-                self.source();
-                self.current = Some((id, name, kind, delta));
-            }
+            Ok((id, name)) => match self.source() {
+                Ok(_) => self.current = Some((id, name, kind, delta)),
+                Err(msg) => self.out.refuse(RefusalReason::Cardinality, n, || msg),
+            },
             Err((reason, msg)) => self.out.refuse(reason, n, || msg),
         }
     }
@@ -169,23 +215,17 @@ impl<'a> Visitor<'a> for Apply<'_, 'a> {
             return;
         };
         let now = self.now;
-        let id = match self.store().find_series(source, metric, &p.attrs) {
-            Some(id) => {
-                if let Err((reason, msg)) = self.store().check_series_name(id, name) {
-                    return self.out.refuse(reason, 1, || msg);
-                }
-                id
+        match self.locate((source, metric, name), &p.attrs, None) {
+            Some(Found::Series(id)) => {
+                let (store, out) = self.parts();
+                store.number_point(source, id, delta, (p.start, p.time, v), now, out);
             }
-            None => match self
-                .store_mut()
-                .series_for(source, metric, name, &p.attrs, None, now)
-            {
-                Ok(id) => id,
-                Err((reason, msg)) => return self.out.refuse(reason, 1, || msg),
-            },
-        };
-        let (store, out) = self.parts();
-        store.number_point(source, id, delta, (p.start, p.time, v), now, out);
+            Some(Found::Fold(hash)) => {
+                let (store, out) = self.parts();
+                store.fold_number(source, metric, hash, delta, (p.start, p.time, v), now, out);
+            }
+            Some(Found::New) | None => {}
+        }
     }
 
     fn histogram(&mut self, p: &HistPoint<'a>) {
@@ -197,28 +237,16 @@ impl<'a> Visitor<'a> for Apply<'_, 'a> {
             return;
         }
         let now = self.now;
-        let id = match self.store().find_series(source, metric, &p.attrs) {
-            Some(id) => {
-                if let Err((reason, msg)) = self.store().check_series_name(id, name) {
-                    return self.out.refuse(reason, 1, || msg);
-                }
-                id
+        match self.locate((source, metric, name), &p.attrs, Some(&p.bounds)) {
+            Some(Found::Series(id)) => {
+                let (store, out) = self.parts();
+                store.histogram_point(source, id, delta, p, now, out);
             }
-            None => {
-                match self.store_mut().series_for(
-                    source,
-                    metric,
-                    name,
-                    &p.attrs,
-                    Some(&p.bounds),
-                    now,
-                ) {
-                    Ok(id) => id,
-                    Err((reason, msg)) => return self.out.refuse(reason, 1, || msg),
-                }
+            Some(Found::Fold(hash)) => {
+                let (store, out) = self.parts();
+                store.fold_histogram(source, metric, hash, delta, p, now, out);
             }
-        };
-        let (store, out) = self.parts();
-        store.histogram_point(source, id, delta, p, now, out);
+            Some(Found::New) | None => {}
+        }
     }
 }
