@@ -1,5 +1,5 @@
-//! Listening, where every connection earns its slot (DESIGN.md, *Production
-//! semantics*).
+//! Listening, where every connection earns its slot (`docs/state-contract.md`,
+//! *Connections and limits*; ADR 0015).
 //!
 //! - A receiver holds at most `max_connections` connections, and at most
 //!   `max_connections_per_peer` from one peer address. A new connection past either

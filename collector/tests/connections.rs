@@ -1,4 +1,4 @@
-//! Every connection earns its slot (DESIGN.md, *Production semantics*; issue 20, item
+//! Every connection earns its slot (`docs/state-contract.md`; ADR 0015; issue 20, item
 //! 1), against real sockets on 127.0.0.1: thousands of connections that send nothing,
 //! or only part of their opening (the HTTP/2 preface, a request's headers, a TLS
 //! ClientHello, or a finished TLS handshake and then half an opening), on both

@@ -1,4 +1,5 @@
-//! The state semantics of DESIGN.md, pinned with a manual clock: exact, sleep-free.
+//! The state semantics of `docs/state-contract.md`, pinned with a manual clock: exact,
+//! sleep-free.
 
 #![allow(
     clippy::unwrap_used,

@@ -1,4 +1,5 @@
-"""The state contract (DESIGN.md) through the Python API: what the seed got wrong.
+"""The state contract (docs/state-contract.md) through the Python API: what the seed
+got wrong.
 
 Every test reads the process-wide tracker's exact snapshot: `(entries, current code,
 elapsed seconds)`, the entries summing to the elapsed time. Timings are never asserted:
