@@ -3,6 +3,10 @@
 //! The callbacks never call NVML: they read what the last sample published, so an
 //! export costs a lock and a walk over a few devices, and a slow or hung driver call
 //! can never stall the exporter.
+//!
+//! [`FAMILIES`] is the registration: one entry per catalog GPU family, in
+//! `GPU_FAMILIES` order, saying which instrument it is and how a device's points are
+//! read from its snapshot; [`register`] builds one instrument per entry.
 
 use std::any::Any;
 use std::sync::Arc;
@@ -22,8 +26,8 @@ use higgsmeter_catalog::{
     HW_GPU_THROTTLE, HW_GPU_UTILIZATION, HW_GPU_XID_ERRORS, HW_GPU_XID_LAST, HW_POWER, HW_STATUS,
     gpu_instrument_name,
 };
-use opentelemetry::KeyValue;
 use opentelemetry::metrics::{AsyncInstrument, Meter};
+use opentelemetry::{KeyValue, Value};
 
 use crate::health::health;
 use crate::sampler::{DeviceSnapshot, Shared};
@@ -67,18 +71,9 @@ fn device_attributes(device: &DeviceSnapshot) -> Vec<KeyValue> {
         KeyValue::new(GPU_DEVICE_LABELS[2], device.info.name.clone()),
         KeyValue::new(GPU_DEVICE_LABELS[3], i64::from(device.info.index)),
     ];
-    let mut attributes = Vec::with_capacity(GPU_DEVICE_LABELS.len() + 1);
+    let mut attributes = Vec::with_capacity(GPU_DEVICE_LABELS.len() + 2);
     attributes.extend(values);
     attributes
-}
-
-/// The key of a family's label after the device labels.
-fn extra_label(family: &Family) -> &'static str {
-    family
-        .labels
-        .get(GPU_DEVICE_LABELS.len())
-        .copied()
-        .unwrap_or("")
 }
 
 /// Calls `observe` for every device of a snapshot that is live (sampled, not stopped).
@@ -93,49 +88,114 @@ fn each_device(shared: &Shared, mut observe: impl FnMut(&DeviceSnapshot, &mut Ve
     }
 }
 
-/// Calls `observe` with the device's attributes plus `key=value`.
-fn with_extra<T>(
-    observer: &dyn AsyncInstrument<T>,
-    attributes: &mut Vec<KeyValue>,
-    key: &'static str,
-    value: &'static str,
-    measurement: T,
-) {
-    attributes.push(KeyValue::new(key, value));
-    observer.observe(measurement, attributes);
-    attributes.pop();
-}
-
 fn name(family: &Family) -> &'static str {
     gpu_instrument_name(family).unwrap_or(family.name)
 }
 
-/// Registers every GPU family on `meter`, reading `shared`.
-pub(crate) fn register(meter: &Meter, shared: &Arc<Shared>) -> GpuInstruments {
-    let mut handles: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
+/// One device's points of one family: each carries the device labels, then values for
+/// the family's labels after them, in the family's order.
+struct Points<'a, T> {
+    observer: &'a dyn AsyncInstrument<T>,
+    attributes: &'a mut Vec<KeyValue>,
+    family: &'static Family,
+}
 
-    macro_rules! observable {
-        ($builder:ident, $family:expr, |$device:ident, $attributes:ident, $observer:ident| $body:block) => {{
-            let shared = Arc::clone(shared);
-            let family: &Family = &$family;
-            handles.push(Box::new(
-                meter
-                    .$builder(name(family))
-                    .with_description(family.help)
-                    .with_unit(family.unit)
-                    .with_callback(move |$observer| {
-                        each_device(&shared, |$device, $attributes| $body)
-                    })
-                    .build(),
-            ));
-        }};
+impl<T> Points<'_, T> {
+    /// The key of the family's `n`th label after the device labels.
+    fn key(&self, n: usize) -> &'static str {
+        self.family
+            .labels
+            .get(GPU_DEVICE_LABELS.len() + n)
+            .copied()
+            .unwrap_or("")
     }
 
-    observable!(
-        f64_observable_gauge,
-        HW_GPU_UTILIZATION,
-        |device, attributes, observer| {
-            let key = extra_label(&HW_GPU_UTILIZATION);
+    /// A point with the device labels only.
+    fn observe(&mut self, measurement: T) {
+        self.observer.observe(measurement, self.attributes);
+    }
+
+    /// A point with the family's label after the device labels set to `value`.
+    fn by(&mut self, value: impl Into<Value>, measurement: T) {
+        self.attributes.push(KeyValue::new(self.key(0), value));
+        self.observer.observe(measurement, self.attributes);
+        self.attributes.pop();
+    }
+
+    /// A point with the family's two labels after the device labels set to `first` and
+    /// `second`.
+    fn by_two(&mut self, first: impl Into<Value>, second: impl Into<Value>, measurement: T) {
+        self.attributes.push(KeyValue::new(self.key(0), first));
+        self.attributes.push(KeyValue::new(self.key(1), second));
+        self.observer.observe(measurement, self.attributes);
+        self.attributes.truncate(self.attributes.len() - 2);
+    }
+}
+
+/// Observes one device's points of a family from its snapshot.
+type Observe<T> = fn(&DeviceSnapshot, &mut Points<'_, T>);
+
+/// How a family is read: its instrument (value type, and gauge or counter as the
+/// catalog's `kind` says) and what it observes of each device.
+#[derive(Clone, Copy)]
+enum Read {
+    F64Gauge(Observe<f64>),
+    F64Counter(Observe<f64>),
+    U64Gauge(Observe<u64>),
+    U64Counter(Observe<u64>),
+    I64Gauge(Observe<i64>),
+}
+
+impl Read {
+    /// Registers `family`'s instrument on `meter`, observing every live device of
+    /// `shared` at each export.
+    fn register(
+        self,
+        meter: &Meter,
+        family: &'static Family,
+        shared: &Arc<Shared>,
+    ) -> Box<dyn Any + Send + Sync> {
+        macro_rules! build {
+            ($builder:ident, $observe:expr) => {{
+                let shared = Arc::clone(shared);
+                let observe = $observe;
+                Box::new(
+                    meter
+                        .$builder(name(family))
+                        .with_description(family.help)
+                        .with_unit(family.unit)
+                        .with_callback(move |observer| {
+                            each_device(&shared, |device, attributes| {
+                                observe(
+                                    device,
+                                    &mut Points {
+                                        observer,
+                                        attributes,
+                                        family,
+                                    },
+                                );
+                            });
+                        })
+                        .build(),
+                )
+            }};
+        }
+        match self {
+            Read::F64Gauge(observe) => build!(f64_observable_gauge, observe),
+            Read::F64Counter(observe) => build!(f64_observable_counter, observe),
+            Read::U64Gauge(observe) => build!(u64_observable_gauge, observe),
+            Read::U64Counter(observe) => build!(u64_observable_counter, observe),
+            Read::I64Gauge(observe) => build!(i64_observable_gauge, observe),
+        }
+    }
+}
+
+/// Every GPU family and how it is read, in `GPU_FAMILIES` order. A reading that is
+/// `None` (the GPU does not support it) gives no point, never 0.
+const FAMILIES: &[(&Family, Read)] = &[
+    (
+        &HW_GPU_UTILIZATION,
+        Read::F64Gauge(|device, points| {
             let r = &device.readings;
             for (task, util) in [
                 (TASK_GENERAL, r.utilization),
@@ -143,399 +203,362 @@ pub(crate) fn register(meter: &Meter, shared: &Arc<Shared>) -> GpuInstruments {
                 (TASK_DECODER, r.decoder),
             ] {
                 if let Some(util) = util {
-                    with_extra(observer, attributes, key, task, util);
+                    points.by(task, util);
                 }
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_MEMORY_USAGE,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_MEMORY_USAGE,
+        Read::U64Gauge(|device, points| {
             if let Some(memory) = device.readings.memory {
-                observer.observe(memory.used, attributes);
+                points.observe(memory.used);
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_MEMORY_LIMIT,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_MEMORY_LIMIT,
+        Read::U64Gauge(|device, points| {
             if let Some(memory) = device.readings.memory {
-                observer.observe(memory.total, attributes);
+                points.observe(memory.total);
             }
-        }
-    );
-    observable!(
-        f64_observable_gauge,
-        HW_GPU_MEMORY_UTILIZATION,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_MEMORY_UTILIZATION,
+        Read::F64Gauge(|device, points| {
             if let Some(memory) = device.readings.memory.filter(|m| m.total > 0) {
-                observer.observe(memory.used as f64 / memory.total as f64, attributes);
+                points.observe(memory.used as f64 / memory.total as f64);
             }
-        }
-    );
-    observable!(
-        f64_observable_gauge,
-        HW_POWER,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_POWER,
+        Read::F64Gauge(|device, points| {
             if let Some(watts) = device.readings.power {
-                observer.observe(watts, attributes);
+                points.observe(watts);
             }
-        }
-    );
-    observable!(
-        f64_observable_counter,
-        HW_ENERGY,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_ENERGY,
+        Read::F64Counter(|device, points| {
             if let Some(joules) = device.readings.energy {
-                observer.observe(joules, attributes);
+                points.observe(joules);
             }
-        }
-    );
-    observable!(
-        u64_observable_counter,
-        HW_ERRORS,
-        |device, attributes, observer| {
-            let key = extra_label(&HW_ERRORS);
+        }),
+    ),
+    (
+        &HW_ERRORS,
+        Read::U64Counter(|device, points| {
             if let Some((corrected, uncorrected)) = device.readings.ecc {
-                with_extra(observer, attributes, key, GPU_ERROR_TYPES[0], corrected);
-                with_extra(observer, attributes, key, GPU_ERROR_TYPES[1], uncorrected);
+                points.by(GPU_ERROR_TYPES[0], corrected);
+                points.by(GPU_ERROR_TYPES[1], uncorrected);
             }
             if let Some(replays) = device.readings.pcie_replay {
-                with_extra(observer, attributes, key, GPU_ERROR_TYPES[2], replays);
+                points.by(GPU_ERROR_TYPES[2], replays);
             }
-        }
-    );
-    observable!(
-        i64_observable_gauge,
-        HW_GPU_TEMPERATURE,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_TEMPERATURE,
+        Read::I64Gauge(|device, points| {
             if let Some(celsius) = device.readings.temperature {
-                observer.observe(i64::from(celsius), attributes);
+                points.observe(i64::from(celsius));
             }
-        }
-    );
-    observable!(
-        f64_observable_gauge,
-        HW_GPU_CLOCK_SM,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_CLOCK_SM,
+        Read::F64Gauge(|device, points| {
             if let Some(hertz) = device.readings.sm_clock {
-                observer.observe(hertz, attributes);
+                points.observe(hertz);
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_THROTTLE,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_THROTTLE,
+        Read::U64Gauge(|device, points| {
             if let Some(bits) = device.readings.throttle {
-                let key = extra_label(&HW_GPU_THROTTLE);
                 for (reason, bit) in GPU_THROTTLE_REASONS.iter().zip(THROTTLE_BITS) {
-                    with_extra(
-                        observer,
-                        attributes,
-                        key,
-                        reason,
-                        u64::from(bits & bit != 0),
-                    );
+                    points.by(*reason, u64::from(bits & bit != 0));
                 }
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_PROCESS_MEMORY_USAGE,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_PROCESS_MEMORY_USAGE,
+        Read::U64Gauge(|device, points| {
             if let Some(bytes) = device.readings.process_memory {
-                observer.observe(bytes, attributes);
+                points.observe(bytes);
             }
-        }
-    );
-    observable!(
-        f64_observable_counter,
-        HW_GPU_SESSION_ACTIVE_TIME,
-        |device, attributes, observer| {
-            let key = extra_label(&HW_GPU_SESSION_ACTIVE_TIME);
+        }),
+    ),
+    (
+        &HW_GPU_SESSION_ACTIVE_TIME,
+        Read::F64Counter(|device, points| {
             for (state, seconds) in &device.session.active_seconds {
-                with_extra(observer, attributes, key, state, *seconds);
+                points.by(*state, *seconds);
             }
-        }
-    );
-    observable!(
-        f64_observable_gauge,
-        HW_GPU_SESSION_UTILIZATION_PEAK,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_SESSION_UTILIZATION_PEAK,
+        Read::F64Gauge(|device, points| {
             if let Some(peak) = device.session.utilization_peak {
-                observer.observe(peak, attributes);
+                points.observe(peak);
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_SESSION_MEMORY_USAGE_PEAK,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_SESSION_MEMORY_USAGE_PEAK,
+        Read::U64Gauge(|device, points| {
             if let Some(peak) = device.session.memory_peak {
-                observer.observe(peak, attributes);
+                points.observe(peak);
             }
-        }
-    );
-    observable!(
-        u64_observable_counter,
-        HW_GPU_SESSION_SAMPLES,
-        |device, attributes, observer| {
-            observer.observe(device.session.samples, attributes);
-        }
-    );
-    observable!(
-        f64_observable_gauge,
-        HW_GPU_SESSION_TIME_TO_FIRST_ACTIVE,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_SESSION_SAMPLES,
+        Read::U64Counter(|device, points| points.observe(device.session.samples)),
+    ),
+    (
+        &HW_GPU_SESSION_TIME_TO_FIRST_ACTIVE,
+        Read::F64Gauge(|device, points| {
             if let Some(seconds) = device.session.time_to_first_active {
-                observer.observe(seconds, attributes);
+                points.observe(seconds);
             }
-        }
-    );
-
-    observable!(
-        u64_observable_counter,
-        HW_GPU_ECC_AGGREGATE_ERRORS,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_ECC_AGGREGATE_ERRORS,
+        Read::U64Counter(|device, points| {
             if let Some((corrected, uncorrected)) = device.readings.ecc_aggregate {
-                let key = extra_label(&HW_GPU_ECC_AGGREGATE_ERRORS);
-                with_extra(observer, attributes, key, GPU_ERROR_TYPES[0], corrected);
-                with_extra(observer, attributes, key, GPU_ERROR_TYPES[1], uncorrected);
+                points.by(GPU_ERROR_TYPES[0], corrected);
+                points.by(GPU_ERROR_TYPES[1], uncorrected);
             }
-        }
-    );
-    observable!(
-        u64_observable_counter,
-        HW_GPU_XID_ERRORS,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_XID_ERRORS,
+        Read::U64Counter(|device, points| {
             if device.xid.supported {
-                let key = extra_label(&HW_GPU_XID_ERRORS);
                 for (code, count) in &device.xid.by_code {
-                    attributes.push(KeyValue::new(key, code.to_string()));
-                    observer.observe(*count, attributes);
-                    attributes.pop();
+                    points.by(code.to_string(), *count);
                 }
                 if device.xid.other > 0 {
-                    with_extra(observer, attributes, key, XID_OTHER, device.xid.other);
+                    points.by(XID_OTHER, device.xid.other);
                 }
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_XID_LAST,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_XID_LAST,
+        Read::U64Gauge(|device, points| {
             if device.xid.supported {
-                observer.observe(device.xid.last.unwrap_or(0), attributes);
+                points.observe(device.xid.last.unwrap_or(0));
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_MEMORY_RETIRED_PAGES,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_MEMORY_RETIRED_PAGES,
+        Read::U64Gauge(|device, points| {
             if let Some((sbe, dbe)) = device.readings.retired_pages {
-                let key = extra_label(&HW_GPU_MEMORY_RETIRED_PAGES);
-                with_extra(observer, attributes, key, RETIREMENT_CAUSES[0], sbe);
-                with_extra(observer, attributes, key, RETIREMENT_CAUSES[1], dbe);
+                points.by(RETIREMENT_CAUSES[0], sbe);
+                points.by(RETIREMENT_CAUSES[1], dbe);
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_MEMORY_RETIRED_PAGES_PENDING,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_MEMORY_RETIRED_PAGES_PENDING,
+        Read::U64Gauge(|device, points| {
             if let Some(pending) = device.readings.retired_pages_pending {
-                observer.observe(u64::from(pending), attributes);
+                points.observe(u64::from(pending));
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_MEMORY_REMAPPED_ROWS,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_MEMORY_REMAPPED_ROWS,
+        Read::U64Gauge(|device, points| {
             if let Some((correctable, uncorrectable)) = device.readings.remapped_rows {
-                let key = extra_label(&HW_GPU_MEMORY_REMAPPED_ROWS);
-                with_extra(observer, attributes, key, REMAP_CAUSES[0], correctable);
-                with_extra(observer, attributes, key, REMAP_CAUSES[1], uncorrectable);
+                points.by(REMAP_CAUSES[0], correctable);
+                points.by(REMAP_CAUSES[1], uncorrectable);
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_MEMORY_REMAPPED_ROWS_PENDING,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_MEMORY_REMAPPED_ROWS_PENDING,
+        Read::U64Gauge(|device, points| {
             if let Some(pending) = device.readings.remap_pending {
-                observer.observe(u64::from(pending), attributes);
+                points.observe(u64::from(pending));
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_MEMORY_REMAPPED_ROWS_FAILURE,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_MEMORY_REMAPPED_ROWS_FAILURE,
+        Read::U64Gauge(|device, points| {
             if let Some(failure) = device.readings.remap_failure {
-                observer.observe(u64::from(failure), attributes);
+                points.observe(u64::from(failure));
             }
-        }
-    );
-    observable!(
-        u64_observable_counter,
-        HW_GPU_IO,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_IO,
+        Read::U64Counter(|device, points| {
             if let Some((tx, rx)) = device.readings.pcie_bytes {
-                let key = extra_label(&HW_GPU_IO);
-                with_extra(observer, attributes, key, DIRECTIONS[0], tx);
-                with_extra(observer, attributes, key, DIRECTIONS[1], rx);
+                points.by(DIRECTIONS[0], tx);
+                points.by(DIRECTIONS[1], rx);
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_PCIE_LINK_GENERATION,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_PCIE_LINK_GENERATION,
+        Read::U64Gauge(|device, points| {
             if let Some(generation) = device.readings.pcie_link_generation {
-                observer.observe(u64::from(generation), attributes);
+                points.observe(u64::from(generation));
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_PCIE_LINK_WIDTH,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_PCIE_LINK_WIDTH,
+        Read::U64Gauge(|device, points| {
             if let Some(width) = device.readings.pcie_link_width {
-                observer.observe(u64::from(width), attributes);
+                points.observe(u64::from(width));
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_NVLINK_STATE,
-        |device, attributes, observer| {
-            let key = extra_label(&HW_GPU_NVLINK_STATE);
+        }),
+    ),
+    (
+        &HW_GPU_NVLINK_STATE,
+        Read::U64Gauge(|device, points| {
             for link in &device.readings.nvlinks {
                 if let Some(up) = link.up {
-                    attributes.push(KeyValue::new(key, i64::from(link.link)));
-                    observer.observe(u64::from(up), attributes);
-                    attributes.pop();
+                    points.by(i64::from(link.link), u64::from(up));
                 }
             }
-        }
-    );
-    observable!(
-        u64_observable_counter,
-        HW_GPU_NVLINK_IO,
-        |device, attributes, observer| {
-            let link_key = extra_label(&HW_GPU_NVLINK_IO);
-            let direction_key = HW_GPU_NVLINK_IO.labels.last().copied().unwrap_or("");
+        }),
+    ),
+    (
+        &HW_GPU_NVLINK_IO,
+        Read::U64Counter(|device, points| {
             for link in &device.readings.nvlinks {
                 if let Some((tx, rx)) = link.bytes {
-                    attributes.push(KeyValue::new(link_key, i64::from(link.link)));
-                    with_extra(observer, attributes, direction_key, DIRECTIONS[0], tx);
-                    with_extra(observer, attributes, direction_key, DIRECTIONS[1], rx);
-                    attributes.pop();
+                    points.by_two(i64::from(link.link), DIRECTIONS[0], tx);
+                    points.by_two(i64::from(link.link), DIRECTIONS[1], rx);
                 }
             }
-        }
-    );
-    observable!(
-        u64_observable_counter,
-        HW_GPU_NVLINK_ERRORS,
-        |device, attributes, observer| {
-            let link_key = extra_label(&HW_GPU_NVLINK_ERRORS);
-            let type_key = HW_GPU_NVLINK_ERRORS.labels.last().copied().unwrap_or("");
+        }),
+    ),
+    (
+        &HW_GPU_NVLINK_ERRORS,
+        Read::U64Counter(|device, points| {
             for link in &device.readings.nvlinks {
-                attributes.push(KeyValue::new(link_key, i64::from(link.link)));
                 for (kind, count) in GPU_NVLINK_ERROR_TYPES.iter().zip(link.errors) {
                     if let Some(count) = count {
-                        with_extra(observer, attributes, type_key, kind, count);
+                        points.by_two(i64::from(link.link), *kind, count);
                     }
                 }
-                attributes.pop();
             }
-        }
-    );
-    observable!(
-        f64_observable_gauge,
-        HW_GPU_MEMORY_COPY_UTILIZATION,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_MEMORY_COPY_UTILIZATION,
+        Read::F64Gauge(|device, points| {
             if let Some(util) = device.readings.memory_copy {
-                observer.observe(util, attributes);
+                points.observe(util);
             }
-        }
-    );
-    observable!(
-        i64_observable_gauge,
-        HW_GPU_MEMORY_TEMPERATURE,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_MEMORY_TEMPERATURE,
+        Read::I64Gauge(|device, points| {
             if let Some(celsius) = device.readings.memory_temperature {
-                observer.observe(celsius, attributes);
+                points.observe(celsius);
             }
-        }
-    );
-    observable!(
-        f64_observable_gauge,
-        HW_GPU_CLOCK_MEMORY,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_CLOCK_MEMORY,
+        Read::F64Gauge(|device, points| {
             if let Some(hertz) = device.readings.memory_clock {
-                observer.observe(hertz, attributes);
+                points.observe(hertz);
             }
-        }
-    );
-    observable!(
-        f64_observable_gauge,
-        HW_GPU_POWER_LIMIT,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_POWER_LIMIT,
+        Read::F64Gauge(|device, points| {
             if let Some(watts) = device.readings.power_limit {
-                observer.observe(watts, attributes);
+                points.observe(watts);
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_GPU_PERFORMANCE_STATE,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_PERFORMANCE_STATE,
+        Read::U64Gauge(|device, points| {
             if let Some(state) = device.readings.performance_state {
-                observer.observe(u64::from(state), attributes);
+                points.observe(u64::from(state));
             }
-        }
-    );
-    observable!(
-        f64_observable_gauge,
-        HW_GPU_FAN_SPEED,
-        |device, attributes, observer| {
+        }),
+    ),
+    (
+        &HW_GPU_FAN_SPEED,
+        Read::F64Gauge(|device, points| {
             if let Some(speed) = device.readings.fan_speed {
-                observer.observe(speed, attributes);
+                points.observe(speed);
             }
-        }
-    );
-    observable!(
-        f64_observable_gauge,
-        HW_GPU_PROFILING,
-        |device, attributes, observer| {
-            let key = extra_label(&HW_GPU_PROFILING);
+        }),
+    ),
+    (
+        &HW_GPU_PROFILING,
+        Read::F64Gauge(|device, points| {
             for (metric, value) in GPU_PROFILING_METRICS.iter().zip(device.readings.profiling) {
                 if let Some(value) = value {
-                    with_extra(observer, attributes, key, metric, value);
+                    points.by(*metric, value);
                 }
             }
-        }
-    );
-    observable!(
-        u64_observable_gauge,
-        HW_STATUS,
-        |device, attributes, observer| {
-            let key = extra_label(&HW_STATUS);
+        }),
+    ),
+    (
+        &HW_STATUS,
+        Read::U64Gauge(|device, points| {
             let now = health(&device.readings, &device.xid) as usize;
             for (at, state) in GPU_HEALTH_STATES.iter().enumerate() {
-                with_extra(observer, attributes, key, state, u64::from(at == now));
+                points.by(*state, u64::from(at == now));
             }
-        }
-    );
+        }),
+    ),
+];
 
+/// Registers every GPU family on `meter`, reading `shared`.
+pub(crate) fn register(meter: &Meter, shared: &Arc<Shared>) -> GpuInstruments {
+    let handles = FAMILIES
+        .iter()
+        .map(|(family, read)| read.register(meter, family, shared))
+        .collect();
     GpuInstruments { _handles: handles }
+}
+
+#[cfg(test)]
+mod tests {
+    use higgsmeter_catalog::{GPU_FAMILIES, Kind};
+
+    use super::*;
+
+    /// The catalog kind of a family's instrument.
+    fn kind(read: Read) -> Kind {
+        match read {
+            Read::F64Gauge(_) | Read::U64Gauge(_) | Read::I64Gauge(_) => Kind::Gauge,
+            Read::F64Counter(_) | Read::U64Counter(_) => Kind::Counter,
+        }
+    }
+
+    #[test]
+    fn every_gpu_family_is_read_once_in_catalog_order_as_its_catalog_kind() {
+        let read: Vec<&str> = FAMILIES.iter().map(|(family, _)| family.name).collect();
+        let catalog: Vec<&str> = GPU_FAMILIES.iter().map(|family| family.name).collect();
+        assert_eq!(read, catalog);
+        for (family, read) in FAMILIES {
+            assert_eq!(kind(*read), family.kind, "{}", family.name);
+        }
+    }
 }

@@ -110,6 +110,7 @@ mod sampler;
 mod session;
 mod source;
 mod visible;
+mod xid;
 
 pub use error::NvmlError;
 pub use meter::{

@@ -8,8 +8,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use crate::health::XidCounts;
 use crate::session::SessionCounters;
+use crate::xid::XidCounts;
 
 /// The worker's current state, as the `state` label value (`idle`, `io`, `cpu`, `gpu`,
 /// `warmup`, `startup`, `shutdown`).

@@ -2,8 +2,8 @@
 //! counters and publishes them to the instruments and the pusher.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ use crate::samplers::{
     GpuSampler, NoGpu, ProcScanner, ProcessSampler, TrainingReading, TrainingSampler,
     WindowSampler, X11Window,
 };
+use crate::shared::Shared;
 
 /// The tick interval unless set: 2 s, the lab agent's.
 pub const DEFAULT_TICK_INTERVAL: Duration = Duration::from_secs(2);
@@ -26,20 +27,6 @@ pub const MIN_TICK_INTERVAL: Duration = Duration::from_millis(10);
 
 /// How long stopping waits for a tick in progress before leaving the thread behind.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The counters, shared between the tick thread, the instruments and the pusher.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    counters: Mutex<SessionCounters>,
-}
-
-impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, SessionCounters> {
-        // A panic while it was held (none is expected: `apply` does not panic) leaves
-        // counters consistent field by field.
-        self.counters.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
 
 /// A cloneable read handle on a running agent's counters (for a [`Pusher`](crate::Pusher)
 /// or your own reporting).
@@ -181,9 +168,7 @@ impl SessionAgentBuilder {
             });
         }
         let started_at = self.started_at.unwrap_or_else(iso::now);
-        let shared = Arc::new(Shared {
-            counters: Mutex::new(SessionCounters::new(started_at)),
-        });
+        let shared = Arc::new(Shared::new(SessionCounters::new(started_at)));
         let samplers = Samplers {
             window: self
                 .window

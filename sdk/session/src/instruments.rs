@@ -14,8 +14,8 @@ use higgsmeter_catalog::{
 use opentelemetry::KeyValue;
 use opentelemetry::metrics::Meter;
 
-use crate::agent::Shared;
 use crate::counters::{SLEAP_PROCESSES, WINDOW_BUCKETS};
+use crate::shared::Shared;
 
 /// Keeps the registered instruments alive.
 pub(crate) struct SessionInstruments {

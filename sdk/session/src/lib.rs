@@ -146,6 +146,7 @@ mod iso;
 mod push;
 mod replay;
 mod samplers;
+mod shared;
 
 pub use agent::{
     CountersHandle, DEFAULT_TICK_INTERVAL, MIN_TICK_INTERVAL, SessionAgent, SessionAgentBuilder,
