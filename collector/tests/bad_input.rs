@@ -4,6 +4,7 @@
 mod support;
 
 use std::io::Write as _;
+use std::time::Duration;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_client::MetricsServiceClient;
 use opentelemetry_proto::tonic::collector::metrics::v1::{
@@ -432,4 +433,157 @@ fn bad_grpc_input_gets_its_status_and_is_counted() {
         1.0
     );
     assert_eq!(collector.scrape("/healthz"), "ok\n");
+}
+
+/// The activity counter of `sources` sources (`service.instance.id` = `{prefix}{n}`),
+/// one `ResourceMetrics` each, over `ops` operations of each of 7 states, every point
+/// at `value` (cumulative, started when the test began).
+fn activity(
+    prefix: &str,
+    sources: std::ops::Range<u32>,
+    ops: u32,
+    value: f64,
+    time: u64,
+) -> ExportMetricsServiceRequest {
+    const STATES: [&str; 7] = ["idle", "io", "cpu", "gpu", "warmup", "startup", "shutdown"];
+    let resource_metrics = sources
+        .map(|n| {
+            let data_points = (0..ops)
+                .flat_map(|op| {
+                    STATES.iter().map(move |state| NumberDataPoint {
+                        attributes: vec![kv("state", state), kv("operation", &format!("op-{op}"))],
+                        start_time_unix_nano: started(),
+                        time_unix_nano: time,
+                        value: Some(number_data_point::Value::AsDouble(value)),
+                        ..Default::default()
+                    })
+                })
+                .collect();
+            ResourceMetrics {
+                resource: Some(Resource {
+                    attributes: vec![
+                        kv("service.name", "ranks"),
+                        kv("service.instance.id", &format!("{prefix}{n}")),
+                    ],
+                    ..Default::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: "worker_activity_time_seconds".into(),
+                        unit: "s".into(),
+                        data: Some(Data::Sum(Sum {
+                            data_points,
+                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                            is_monotonic: true,
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }
+        })
+        .collect();
+    ExportMetricsServiceRequest { resource_metrics }
+}
+
+const ACTIVITY: &str = "worker_activity_time_seconds_total";
+
+/// 1,200 ranks of 49 series each (7 states x 7 operations) on the default config:
+/// nothing refused, and the fleet's activity total is every rank's.
+#[test]
+fn twelve_hundred_ranks_fit_the_defaults_and_sum_exactly() {
+    let collector = CollectorProcess::start(None, &[]);
+    let http = Http {
+        client: reqwest::blocking::Client::new(),
+        url: format!("{}/v1/metrics", collector.http_url()),
+    };
+    for (round, value) in [(0u64, 1.0), (1, 3.0)] {
+        for first in (0..1200).step_by(100) {
+            let resp = http.proto(&activity("rank-", first..first + 100, 7, value, 2 + round));
+            assert_eq!(
+                resp.partial_success, None,
+                "round {round}, ranks from {first}"
+            );
+        }
+        let want = 1200.0 * 49.0 * value;
+        wait_for(Duration::from_secs(10), "the fleet total", || {
+            (sum(&collector.fleet(), ACTIVITY, &[]) == want).then_some(())
+        });
+    }
+    let fleet = collector.fleet();
+    assert_eq!(
+        sum(&fleet, "higgsmeter_collector_points_refused_total", &[]),
+        0.0
+    );
+    assert_eq!(
+        sum(&fleet, "higgsmeter_collector_overflow_points_total", &[]),
+        0.0
+    );
+}
+
+/// One rank puts a request id into `operation` (60,000 distinct values): it keeps its
+/// quota (4,096 series of the metric) and folds the rest into its overflow series; a
+/// healthy rank's new series are all accepted after it; the fleet total equals the
+/// ranks' own totals; the collector's own metric names the rank that overflowed.
+#[test]
+fn a_runaway_rank_folds_into_its_overflow_and_never_locks_the_others_out() {
+    let collector = CollectorProcess::start(None, &[]);
+    let http = Http {
+        client: reqwest::blocking::Client::new(),
+        url: format!("{}/v1/metrics", collector.http_url()),
+    };
+    let runaway = |value: f64, time: u64| {
+        let mut req = activity("runaway", 0..1, 0, value, time);
+        let Some(Data::Sum(sum)) = &mut req.resource_metrics[0].scope_metrics[0].metrics[0].data
+        else {
+            unreachable!("built as a sum")
+        };
+        sum.data_points = (0..60_000)
+            .map(|i| NumberDataPoint {
+                attributes: vec![kv("state", "gpu"), kv("operation", &format!("req-{i:x}"))],
+                start_time_unix_nano: started(),
+                time_unix_nano: time,
+                value: Some(number_data_point::Value::AsDouble(value)),
+                ..Default::default()
+            })
+            .collect();
+        req
+    };
+    for (value, time) in [(1.0, 2), (2.5, 3)] {
+        let resp = http.proto(&runaway(value, time));
+        assert_eq!(resp.partial_success, None);
+        let resp = http.proto(&activity("healthy", 0..1, 7, value, time));
+        assert_eq!(resp.partial_success, None);
+        let want = (60_000.0 + 49.0) * value;
+        wait_for(Duration::from_secs(10), "the fleet total", || {
+            (sum(&collector.fleet(), ACTIVITY, &[]) == want).then_some(())
+        });
+    }
+    let sources = collector.sources();
+    let healthy = [("instance", "healthy0")];
+    assert_eq!(
+        sources
+            .iter()
+            .filter(|s| s.name == ACTIVITY && s.label("instance") == Some("healthy0"))
+            .count(),
+        49,
+        "every series of the healthy rank"
+    );
+    assert_eq!(sum(&sources, ACTIVITY, &healthy), 49.0 * 2.5);
+    let overflow = [("instance", "runaway0"), ("otel_metric_overflow", "true")];
+    assert_eq!(
+        sum(&sources, ACTIVITY, &overflow),
+        (60_000.0 - 4096.0) * 2.5
+    );
+    let fleet = collector.fleet();
+    let named = [("instance", "runaway0"), ("metric", ACTIVITY)];
+    assert_eq!(
+        sum(&fleet, "higgsmeter_collector_overflow_points_total", &named),
+        2.0 * (60_000.0 - 4096.0)
+    );
+    assert_eq!(
+        sum(&fleet, "higgsmeter_collector_points_refused_total", &[]),
+        0.0
+    );
 }

@@ -598,9 +598,8 @@ impl Store {
         self.folded.fetch_sub(gone, Ordering::Relaxed);
     }
 
-    /// Each overflowing source's points folded, per metric: `(source labels, metric's
-    /// exposition name, points)`.
-    pub(crate) fn overflow_counts(&self) -> Vec<(&[(String, String)], &str, u64)> {
+    /// Each overflowing source's points folded, per metric.
+    pub(crate) fn overflow_counts(&self) -> Vec<OverflowCount<'_>> {
         let mut out = Vec::new();
         for src in self.sources.iter().flatten() {
             let folds = src.folds();
@@ -612,6 +611,10 @@ impl Store {
         out
     }
 }
+
+/// Points folded into one source's overflow series of one metric: `(the source's
+/// labels, the metric's exposition name, points)`.
+pub(crate) type OverflowCount<'s> = (&'s [(String, String)], &'s str, u64);
 
 /// What a folded point does to its overflow series.
 enum Change {
