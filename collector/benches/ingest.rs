@@ -242,8 +242,6 @@ fn render(c: &mut Criterion) {
     // path) and fractional ones (float formatting).
     for (tag, scale) in [("", 1.0), ("_fractional", 0.37)] {
         let config = AggregateConfig {
-            max_series: 1_000_000,
-            max_series_per_metric: 1_000_000,
             // Nothing goes stale while the benchmark runs.
             stale_after: Some(Duration::from_secs(3600)),
             ..AggregateConfig::default()
@@ -290,8 +288,6 @@ fn scrape_over_loopback(
         ..Default::default()
     });
     let mut plan = config.plan().expect("plan");
-    plan.aggregate.max_series = 1_000_000;
-    plan.aggregate.max_series_per_metric = 1_000_000;
     plan.aggregate.stale_after = Some(Duration::from_secs(3600));
     let running = rt
         .block_on(Collector::start(plan))
@@ -387,8 +383,6 @@ fn checkpoint(c: &mut Criterion) {
     std::fs::create_dir_all(&dir).expect("a directory for the state file");
     for (tag, workers) in [("100k", 100), ("500k", 250)] {
         let config = AggregateConfig {
-            max_series: 1_000_000,
-            max_series_per_metric: 1_000_000,
             stale_after: Some(Duration::from_secs(3600)),
             ..AggregateConfig::default()
         };
