@@ -469,7 +469,7 @@ fn activity(
                 }),
                 scope_metrics: vec![ScopeMetrics {
                     metrics: vec![Metric {
-                        name: "worker_activity_time_seconds".into(),
+                        name: "worker_activity_time_seconds_total".into(),
                         unit: "s".into(),
                         data: Some(Data::Sum(Sum {
                             data_points,

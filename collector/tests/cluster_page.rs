@@ -994,3 +994,126 @@ fn readme_screenshot_of_the_demo() {
     );
     println!("README screenshot: {} ({size} bytes)", shot.display());
 }
+
+/// A request carrying the activity counter of rank `rank` over `ops` operations of the
+/// `gpu` state, each at `value` seconds (cumulative).
+fn activity_request(
+    rank: u32,
+    ops: u32,
+    value: f64,
+) -> opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+        metric::Data, number_data_point,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use support::{kv, started};
+    let data_points = (0..ops)
+        .map(|op| NumberDataPoint {
+            attributes: vec![kv("state", "gpu"), kv("operation", &format!("req-{op}"))],
+            start_time_unix_nano: started(),
+            time_unix_nano: started() + 1,
+            value: Some(number_data_point::Value::AsDouble(value)),
+            ..Default::default()
+        })
+        .collect();
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: vec![
+                    kv("service.name", "overflow-page"),
+                    kv("service.instance.id", &format!("r{rank}")),
+                    kv("rank", &rank.to_string()),
+                ],
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: "worker_activity_time_seconds_total".into(),
+                    unit: "s".into(),
+                    data: Some(Data::Sum(Sum {
+                        data_points,
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        is_monotonic: true,
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+/// A source past its series quota is marked on its row and its timeline lane (the
+/// metric it folds in the badge's title); the healthy source beside it is not.
+#[test]
+fn an_overflowing_source_is_marked_on_the_page() {
+    use prost::Message as _;
+    let collector = CollectorProcess::start(
+        Some("processors:\n  higgsmeter:\n    max_series_per_source_metric: 8\n"),
+        &[],
+    );
+    let client = reqwest::blocking::Client::new();
+    let url = format!("{}/v1/metrics", collector.http_url());
+    let post = |rank: u32, ops: u32, value: f64| {
+        let resp = client
+            .post(&url)
+            .header("content-type", "application/x-protobuf")
+            .body(activity_request(rank, ops, value).encode_to_vec())
+            .send()
+            .unwrap();
+        assert!(resp.status().is_success(), "{}", resp.status());
+    };
+    for value in [1.0, 2.0, 3.0] {
+        post(0, 20, value);
+        post(1, 2, value);
+        std::thread::sleep(Duration::from_millis(600));
+    }
+    let doc = api(&collector);
+    let bad = api_source(&doc, 0).expect("rank 0 in /api/cluster");
+    // 20 operations, 8 kept as series (the quota; the overflow series comes beside
+    // them): 12 fold, 3 times. Their seconds are shown as the `overflow` state's.
+    assert_eq!(
+        bad["overflow"]["worker_activity_time_seconds_total"], 36,
+        "{bad}"
+    );
+    assert_eq!(bad["seconds_by_state"]["overflow"], 36.0, "{bad}");
+    assert_eq!(bad["seconds_by_state"]["gpu"], 24.0, "{bad}");
+    let good = api_source(&doc, 1).expect("rank 1 in /api/cluster");
+    assert_eq!(good["overflow"], serde_json::json!({}), "{good}");
+
+    let html = dump_dom(&format!("http://{}/", collector.prometheus), 3000);
+    let marked = tags_with(&html, "data-overflow=\"true\"");
+    assert!(
+        !marked.is_empty()
+            && marked
+                .iter()
+                .all(|t| t.get("data-rank").map(String::as_str) == Some("0")),
+        "only rank 0's row and lane are marked: {marked:?}"
+    );
+    assert!(
+        marked.iter().any(|t| t["class"].starts_with("row"))
+            && marked.iter().any(|t| t["class"].starts_with("lane")),
+        "its row and its lane: {marked:?}"
+    );
+    let badges = tags_with(&html, "class=\"mark overflow\"");
+    assert_eq!(
+        badges.len(),
+        2,
+        "a badge on the row and on the lane: {badges:?}"
+    );
+    assert!(
+        badges
+            .iter()
+            .any(|t| t["title"].contains("36 points of worker_activity_time_seconds_total")),
+        "{badges:?}"
+    );
+    assert!(
+        tags_with(&html, "data-overflow=\"false\"")
+            .iter()
+            .any(|t| t.get("data-rank").map(String::as_str) == Some("1")),
+        "rank 1 is shown unmarked"
+    );
+}

@@ -32,6 +32,9 @@ pub(crate) struct SourceReading {
     pub(crate) since_seen: u64,
     /// Whether the source pushed within `stale_after`.
     pub(crate) live: bool,
+    /// Metrics whose new series this source folds into its overflow series (past its
+    /// quota), with the points folded: `(exposition name, points)`.
+    pub(crate) overflow: Vec<(String, u64)>,
 }
 
 /// A source's identity as the cluster page's JSON documents show it, first in each

@@ -248,6 +248,9 @@ struct SourceJson<'a> {
     gpu_devices: usize,
     seen_s_ago: Json,
     live: bool,
+    /// Metrics this source folds into its overflow series, with the points folded
+    /// (empty when it is within its quotas).
+    overflow: Map<String, Json>,
 }
 
 /// Adds `pairs` into `into`, keeping first-seen order.
@@ -314,6 +317,11 @@ pub(crate) fn cluster_json(reading: &ClusterReading, history: &ClusterHistory) -
             gpu_devices: s.gpu_devices,
             seen_s_ago: finite(s.since_seen as f64 / NANOS),
             live: s.live,
+            overflow: s
+                .overflow
+                .iter()
+                .map(|(m, n)| (m.clone(), Json::from(*n)))
+                .collect(),
         });
     }
     let growth_total: f64 = fleet_growth.iter().map(|(_, v)| v).sum();
@@ -480,6 +488,7 @@ mod tests {
                 gpu_devices: 0,
                 since_seen: 0,
                 live: true,
+                overflow: Vec::new(),
             }],
         }
     }

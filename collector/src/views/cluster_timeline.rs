@@ -363,6 +363,8 @@ struct LaneJson<'a> {
     stalled: bool,
     silent: bool,
     behind: bool,
+    /// Past its series quota in some metric: its new series fold into overflow series.
+    overflow: bool,
     /// Operation names the segments refer to, by index.
     operations: Vec<&'a str>,
     /// `[start, state, operation]`: start in seconds from now (≤ 0, clipped to the
@@ -441,6 +443,7 @@ fn summarize<'a>(source: &'a SourceReading, lane: &'a Lane, now: u64, window: u6
             stalled: false,
             silent: !source.live,
             behind: false,
+            overflow: !source.overflow.is_empty(),
             operations,
             segments,
             gpu,
@@ -556,6 +559,7 @@ mod tests {
             gpu_devices: 0,
             since_seen: 0,
             live: true,
+            overflow: Vec::new(),
         }
     }
 

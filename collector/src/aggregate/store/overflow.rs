@@ -598,6 +598,15 @@ impl Store {
         self.folded.fetch_sub(gone, Ordering::Relaxed);
     }
 
+    /// The metrics `src` folds, with the points folded: `(exposition name, points)`.
+    pub(crate) fn overflow_of(&self, src: &Source) -> Vec<(String, u64)> {
+        src.folds()
+            .metrics
+            .iter()
+            .map(|o| (self.metrics[o.metric as usize].prom_name.clone(), o.points))
+            .collect()
+    }
+
     /// Each overflowing source's points folded, per metric.
     pub(crate) fn overflow_counts(&self) -> Vec<OverflowCount<'_>> {
         let mut out = Vec::new();

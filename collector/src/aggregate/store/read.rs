@@ -483,6 +483,7 @@ pub(crate) fn cluster_read(store: &Store, now: u64) -> ClusterReading {
             gpu_devices: 0,
             since_seen: now.saturating_sub(src.last_seen()),
             live: store.is_live(src.last_seen(), now),
+            overflow: store.overflow_of(src),
         };
         by_id.insert(id, (reading, 0.0));
     }
@@ -495,7 +496,12 @@ pub(crate) fn cluster_read(store: &Store, now: u64) -> ClusterReading {
         };
         match (role, &s.state().value) {
             (0, Value::Counter { value }) => {
-                let state = s.attr("state").unwrap_or("");
+                // An overflow series' seconds have lost their state: shown as such.
+                let state = if s.overflow {
+                    "overflow"
+                } else {
+                    s.attr("state").unwrap_or("")
+                };
                 match entry.seconds_by_state.iter_mut().find(|(k, _)| k == state) {
                     Some((_, v)) => *v += value,
                     None => entry.seconds_by_state.push((state.to_owned(), *value)),
