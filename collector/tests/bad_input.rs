@@ -587,3 +587,81 @@ fn a_runaway_rank_folds_into_its_overflow_and_never_locks_the_others_out() {
         0.0
     );
 }
+
+/// The resident memory of process `pid`, in MiB.
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS");
+    kib / 1024.0
+}
+
+/// 200,000 distinct new sources, a thousand a request, at a collector with an 8 MiB
+/// budget (8,192 series: 128 sources' reserves): those past the budget are refused with
+/// a message that says what to raise, the memory stays bounded, and a live source keeps
+/// its series and gets new ones.
+#[test]
+fn a_flood_of_new_sources_is_refused_past_the_budget_and_live_sources_go_on() {
+    const BUDGET_MIB: u64 = 8;
+    let collector = CollectorProcess::start(
+        Some(&format!(
+            "processors:\n  higgsmeter:\n    memory_limit_mib: {BUDGET_MIB}\n    stale_after: 1h\n    forget_after: 1h\n"
+        )),
+        &[],
+    );
+    let http = Http {
+        client: reqwest::blocking::Client::new(),
+        url: format!("{}/v1/metrics", collector.http_url()),
+    };
+    let steady = |ops: u32, value: f64, time: u64| {
+        let resp = http.proto(&activity("steady", 0..1, ops, value, time));
+        assert_eq!(resp.partial_success, None);
+    };
+    steady(2, 1.0, 2);
+    let before = rss_mib(collector.child.id());
+    let mut refused = 0;
+    let mut message = String::new();
+    for n in 0..200u32 {
+        let first = 1_000_000 + n * 1000;
+        // One counter point a source.
+        let mut req = activity("flood-", first..first + 1000, 1, 1.0, 2);
+        for rm in &mut req.resource_metrics {
+            if let Some(Data::Sum(sum)) = &mut rm.scope_metrics[0].metrics[0].data {
+                sum.data_points.truncate(1);
+            }
+        }
+        if let Some(p) = http.proto(&req).partial_success {
+            refused += p.rejected_data_points;
+            if message.is_empty() {
+                message = p.error_message;
+            }
+        }
+    }
+    let after = rss_mib(collector.child.id());
+    assert!(refused > 190_000, "most of the flood is refused: {refused}");
+    assert!(
+        message.contains("new source refused") && message.contains("memory_limit_mib"),
+        "{message}"
+    );
+    let fleet = collector.fleet();
+    let held = sum(&fleet, "higgsmeter_collector_series", &[]);
+    assert!(held <= (BUDGET_MIB * 1024) as f64, "{held} series held");
+    assert!(
+        after - before < 2.0 * BUDGET_MIB as f64 + 16.0,
+        "RSS {before:.1} MiB before the flood, {after:.1} after"
+    );
+    // The live source goes on: its series, and 5 new ones (within its reserve).
+    steady(3, 2.0, 3);
+    wait_for(Duration::from_secs(10), "the steady source's total", || {
+        let sources = collector.sources();
+        let mine = [("instance", "steady0")];
+        (sum(&sources, ACTIVITY, &mine) == 21.0 * 2.0).then_some(())
+    });
+    eprintln!(
+        "flood: RSS {before:.1} MiB before, {after:.1} MiB after; {held} series held; {refused} points refused"
+    );
+}

@@ -415,3 +415,123 @@ fn an_agent_pushes_to_two_named_upstreams_and_one_down_holds_up_nothing() {
     gateway_total(140.0);
     assert!(agent.terminate().success());
 }
+
+/// The activity counter of one source (`service.instance.id` = `instance`) over
+/// `ops` operations of `gpu`, each at `value` (cumulative), as OTLP/HTTP protobuf.
+fn activity_body(instance: &str, ops: u32, value: f64) -> Vec<u8> {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+        metric::Data, number_data_point,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    use prost::Message as _;
+    let data_points = (0..ops)
+        .map(|op| NumberDataPoint {
+            attributes: vec![kv("state", "gpu"), kv("operation", &format!("req-{op}"))],
+            start_time_unix_nano: started(),
+            time_unix_nano: started() + (value * 1e6) as u64,
+            value: Some(number_data_point::Value::AsDouble(value)),
+            ..Default::default()
+        })
+        .collect();
+    ExportMetricsServiceRequest {
+        resource_metrics: vec![ResourceMetrics {
+            resource: Some(Resource {
+                attributes: vec![
+                    kv("service.name", "tiers-overflow"),
+                    kv("service.instance.id", instance),
+                ],
+                ..Default::default()
+            }),
+            scope_metrics: vec![ScopeMetrics {
+                metrics: vec![Metric {
+                    name: ACTIVITY.into(),
+                    unit: "s".into(),
+                    data: Some(Data::Sum(Sum {
+                        data_points,
+                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                        is_monotonic: true,
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec()
+}
+
+/// Overflow across tiers: an agent (quota 4 series a metric) forwards its sources to a
+/// gateway (quota 2) that remote-writes into Prometheus. The agent's overflow reaches the
+/// gateway with its marker and is folded there, the gateway's own quota folds the rest,
+/// and at every hop the total is what the ranks counted; remote write carries the
+/// overflow series.
+#[test]
+fn overflow_crosses_tiers_with_exact_totals() {
+    let receiving = Prometheus::start(&temp_dir("prom-rw-overflow"), true);
+    let gateway_yaml = gateway_yaml(&receiving.write_url("/api/v1/write")).replace(
+        "    checkpoint_interval: 200ms\n",
+        "    checkpoint_interval: 200ms\n    max_series_per_source_metric: 2\n",
+    );
+    let gateway = collector(&gateway_yaml, &temp_dir("gateway-overflow"), None);
+    let agent_yaml = agent_yaml(gateway.grpc, true).replace(
+        "    checkpoint_interval: 200ms\n",
+        "    checkpoint_interval: 200ms\n    max_series_per_source_metric: 4\n",
+    );
+    let agent = collector(&agent_yaml, &temp_dir("agent-overflow"), None);
+    let client = reqwest::blocking::Client::new();
+    let url = format!("{}/v1/metrics", agent.http_url());
+    for value in [1.0, 2.0, 3.0] {
+        for (instance, ops) in [("runaway", 10), ("healthy", 2)] {
+            let resp = client
+                .post(&url)
+                .header("content-type", "application/x-protobuf")
+                .body(activity_body(instance, ops, value))
+                .send()
+                .expect("POST");
+            assert!(resp.status().is_success(), "{}", resp.status());
+        }
+    }
+    let want = 12.0 * 3.0;
+    let total = |c: &CollectorProcess| sum(&c.fleet(), ACTIVITY, &[]);
+    wait_for(Duration::from_secs(30), "the agent's total", || {
+        (total(&agent) == want).then_some(())
+    });
+    let marked = [("otel_metric_overflow", "true")];
+    assert_eq!(sum(&agent.fleet(), ACTIVITY, &marked), 6.0 * 3.0);
+    wait_for(Duration::from_secs(30), "the gateway's total", || {
+        (total(&gateway) == want).then_some(())
+    });
+    assert_eq!(sum(&gateway.fleet(), ACTIVITY, &marked), 6.0 * 3.0);
+    // The forwarded runaway source at the gateway: its quota of 2 series and its
+    // overflow, which holds the rest (the agent's overflow among it).
+    let forwarded: Vec<Sample> = gateway
+        .sources()
+        .into_iter()
+        .filter(|s| s.name == ACTIVITY && s.label("instance") == Some("runaway"))
+        .collect();
+    assert_eq!(forwarded.len(), 3, "{forwarded:?}");
+    assert_eq!(sum(&forwarded, ACTIVITY, &[]), 10.0 * 3.0);
+    assert_eq!(sum(&forwarded, ACTIVITY, &marked), 8.0 * 3.0);
+    let named = [("instance", "runaway")];
+    assert!(
+        sum(
+            &gateway.fleet(),
+            "higgsmeter_collector_overflow_points_total",
+            &named
+        ) > 0.0
+    );
+    // Remote write: the same total, and the overflow series with its label.
+    wait_for(Duration::from_secs(60), "the remote-written total", || {
+        let r = receiving.query(&format!("sum({ACTIVITY})"));
+        (r.first().map(|(_, v)| *v) == Some(want)).then_some(())
+    });
+    let overflow = receiving.query(&format!("{ACTIVITY}{{otel_metric_overflow=\"true\"}}"));
+    assert_eq!(
+        overflow.iter().map(|(_, v)| v).sum::<f64>(),
+        6.0 * 3.0,
+        "{overflow:?}"
+    );
+}

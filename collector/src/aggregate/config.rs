@@ -314,12 +314,17 @@ impl AggregateConfig {
             if v == 0 {
                 return Err((key(k), "must be more than 0".into()));
             }
-            if v > budget {
-                return Err((
-                    key(k),
-                    format!("{v} is more than the whole series budget ({budget})"),
-                ));
-            }
+        }
+        // A quota past the budget is simply bounded by it; a reserve past it would
+        // take no source at all.
+        if self.reserved_series_per_source > budget {
+            return Err((
+                key("reserved_series_per_source"),
+                format!(
+                    "{} is more than the whole series budget ({budget})",
+                    self.reserved_series_per_source
+                ),
+            ));
         }
         if self.max_series_per_source_metric > self.max_series_per_source {
             return Err((
