@@ -166,6 +166,8 @@ fn python_doc_commands(path: &str, out: &mut Vec<DocCommand>) {
 fn doc_commands() -> Vec<DocCommand> {
     let mut out = Vec::new();
     markdown_commands("README.md", &mut out);
+    markdown_commands("docs/testing.md", &mut out);
+    markdown_commands("docs/guide.md", &mut out);
     rust_doc_commands("examples/src/bin/lifecycle_worker.rs", &mut out);
     rust_doc_commands("examples/src/bin/demo/main.rs", &mut out);
     python_doc_commands("examples/python/worker.py", &mut out);
