@@ -164,14 +164,22 @@ async fn shutdown_signal() {
     }
 }
 
-/// The view of the collector's sources now, or a line saying why it cannot be read.
-async fn current_view(running: &RunningCollector, prometheus: &str, elapsed: Duration) -> String {
+/// The view of the collector's sources now, or a line saying why it cannot be read;
+/// `None` while no rank has reported yet (no empty first frame).
+async fn current_view(
+    running: &RunningCollector,
+    prometheus: &str,
+    elapsed: Duration,
+) -> Option<String> {
     let Some(addr) = running.addresses().prometheus else {
-        return "the Prometheus endpoint is off: no view".to_owned();
+        return Some("the Prometheus endpoint is off: no view".to_owned());
     };
     match view::get_json(addr, "/api/cluster").await {
-        Ok(doc) => view::render(&view::sources(&doc), prometheus, elapsed),
-        Err(e) => format!("cannot read the cluster: {e:#}\n"),
+        Ok(doc) => {
+            let sources = view::sources(&doc);
+            (!sources.is_empty()).then(|| view::render(&sources, prometheus, elapsed))
+        }
+        Err(e) => Some(format!("cannot read the cluster: {e:#}\n")),
     }
 }
 
@@ -213,7 +221,9 @@ async fn demo(cli: Cli) -> anyhow::Result<()> {
             _ = &mut shutdown => break,
             _ = async { match deadline { Some(d) => tokio::time::sleep_until(d).await, None => std::future::pending().await } } => break,
             _ = tick.tick() => {
-                let view = current_view(&running, &prometheus, started.elapsed()).await;
+                let Some(view) = current_view(&running, &prometheus, started.elapsed()).await else {
+                    continue;
+                };
                 let mut stdout = std::io::stdout().lock();
                 let _ = if plain { writeln!(stdout, "{view}") } else { write!(stdout, "\x1b[2J\x1b[H{view}") };
                 let _ = stdout.flush();
@@ -226,7 +236,9 @@ async fn demo(cli: Cli) -> anyhow::Result<()> {
     }
     println!(
         "{}",
-        current_view(&running, &prometheus, started.elapsed()).await
+        current_view(&running, &prometheus, started.elapsed())
+            .await
+            .unwrap_or_else(|| "no rank reported".to_owned())
     );
     running.shutdown().await;
     Ok(())

@@ -129,7 +129,7 @@ pub(crate) fn render(sources: &[Source], prometheus: &str, elapsed: Duration) ->
             other.max(0.0) * 100.0,
         ));
     }
-    out.push_str("\n# gpu  = io  + cpu  . idle\n");
+    out.push_str("\nshare of time since each rank started: # gpu, = io, + cpu, . idle (other: warm-up, start-up, shut-down)\n");
     out
 }
 
@@ -168,6 +168,10 @@ mod tests {
         );
         assert!(row("10").contains("io         25.0%   75.0%"), "{view}");
         assert!(row("1").contains("gone"), "{view}");
+        assert!(
+            view.contains("share of time since each rank started: # gpu, = io, + cpu, . idle"),
+            "a legend that reads as one: {view}"
+        );
         assert!(sources(&serde_json::json!({})).is_empty());
     }
 }
