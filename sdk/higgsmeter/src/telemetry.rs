@@ -253,6 +253,8 @@ impl TelemetryBuilder {
     pub fn init(self) -> Result<Telemetry, Error> {
         let resolved = self.requests.resolve()?;
         let tracker = self.tracker.clone();
+        // The seed's clock origin: counting starts when tracking is set up.
+        tracker.begin();
 
         if resolved.disabled {
             let subscriber_installed = self.install_subscriber

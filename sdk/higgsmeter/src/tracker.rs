@@ -74,8 +74,10 @@ struct Inner {
     id: u64,
     enabled: AtomicBool,
     clock: Clock,
-    /// Clock reading at creation: the start of the timeline.
-    origin: u64,
+    /// Clock reading where counting starts: creation, or [`Tracker::begin`].
+    origin: AtomicU64,
+    /// Whether [`Tracker::begin`] has run.
+    begun: AtomicBool,
     /// Mirror of the current state's code, for lock-free readers (gauges, samplers).
     current_code: AtomicU8,
     /// Mirror of the number of open scopes, so closing a span skips the lock while
@@ -95,7 +97,10 @@ struct Inner {
 /// base set by [`set_state`](Tracker::set_state). Time is committed at every transition
 /// and read live: a [`snapshot`](Tracker::snapshot) (and so every export) includes the
 /// time spent so far in the current state, and the per-(state, operation) totals always
-/// sum to the time elapsed since the tracker was made.
+/// sum to the time elapsed since counting started: when the tracker was made, or, for
+/// one that `init()` sets up (or [`enable_tracker`] enables), at that moment
+/// ([`begin`](Tracker::begin)): as in the seed, nothing before tracking is enabled is
+/// counted.
 ///
 /// Cloning is cheap and clones share the timeline. The process-wide tracker is
 /// [`state_tracker()`]; make your own for tests or for several timelines in one process,
@@ -139,7 +144,8 @@ impl Tracker {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 enabled: AtomicBool::new(true),
                 clock,
-                origin,
+                origin: AtomicU64::new(origin),
+                begun: AtomicBool::new(false),
                 current_code: AtomicU8::new(AppState::Startup.code()),
                 open_frames: AtomicUsize::new(0),
                 timeline: Mutex::new(timeline),
@@ -147,6 +153,26 @@ impl Tracker {
                 warnings: Mutex::new(Vec::new()),
             }),
         }
+    }
+
+    /// Starts counting now, once: the time counted before is dropped (in every state),
+    /// the current (state, operation) and any open scopes stay, and from here the
+    /// totals sum to the time since this call. The seed's clock origin: `init()` and
+    /// the first [`enable_tracker`] on a tracking rank call it, so a worker counts from
+    /// the moment tracking is enabled, not from the moment the tracker was first
+    /// touched (an import, a library's scope). Later calls do nothing, so a re-enable
+    /// never drops time, and a counter already exported never goes down.
+    pub fn begin(&self) {
+        if self.inner.begun.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut t = self.lock();
+        let now = self.inner.clock.now_nanos();
+        for row in &mut t.totals {
+            *row = [0; 7];
+        }
+        t.since = now;
+        self.inner.origin.store(now, Ordering::Relaxed);
     }
 
     /// This tracker's identity, carried by its state spans so a layer accounts only its own.
@@ -327,7 +353,7 @@ impl Tracker {
         Snapshot {
             entries,
             current: (current.state, intern::name(current.op)),
-            elapsed_nanos: now.saturating_sub(self.inner.origin),
+            elapsed_nanos: now.saturating_sub(self.inner.origin.load(Ordering::Relaxed)),
         }
     }
 
@@ -562,7 +588,8 @@ impl Snapshot {
         Duration::from_nanos(self.entries.iter().map(|e| e.nanos).sum())
     }
 
-    /// Wall-clock time since the tracker was made, at the snapshot's instant.
+    /// Wall-clock time since counting started (the tracker was made, or
+    /// [`Tracker::begin`]), at the snapshot's instant.
     pub fn elapsed(&self) -> Duration {
         Duration::from_nanos(self.elapsed_nanos)
     }
@@ -585,5 +612,38 @@ pub fn state_tracker() -> &'static Tracker {
 /// By default every rank tracks and exports with its rank as a resource attribute, and
 /// the collector aggregates; call this only to keep the Python package's behaviour.
 pub fn enable_tracker(rank: u32) {
-    state_tracker().set_enabled(rank == 0);
+    let tracker = state_tracker();
+    tracker.set_enabled(rank == 0);
+    if rank == 0 {
+        tracker.begin();
+    }
+}
+
+#[cfg(test)]
+mod begin_tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::ManualClock;
+
+    /// Nothing before `begin` is counted, in any state; after it the totals sum to the
+    /// time since it; a second `begin` drops nothing.
+    #[test]
+    fn counting_starts_at_begin_once() {
+        let clock = ManualClock::new();
+        let t = Tracker::with_clock(clock.clone());
+        clock.advance(Duration::from_millis(500));
+        t.set_state(AppState::Io, "read");
+        clock.advance(Duration::from_millis(200));
+        t.begin();
+        clock.advance(Duration::from_millis(150));
+        let s = t.snapshot();
+        assert_eq!(s.sum(), Duration::from_millis(150));
+        assert_eq!(s.elapsed(), Duration::from_millis(150));
+        assert_eq!(s.get(AppState::Io, "read"), Some(Duration::from_millis(150)));
+        assert_eq!(s.total(AppState::Startup), Duration::ZERO);
+        t.begin();
+        clock.advance(Duration::from_millis(50));
+        assert_eq!(t.snapshot().sum(), Duration::from_millis(200));
+    }
 }

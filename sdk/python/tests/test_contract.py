@@ -343,3 +343,40 @@ def test_the_rust_prometheus_endpoint(run_python):
     ]
     assert gpu and gpu[0] >= 0.05
     assert [v for (name, _), v in values.items() if name == 'worker_current_state'] == [3]
+
+
+def test_counting_starts_at_enable_tracker_not_at_import():
+    """The seed's clock origin, in a fresh interpreter: import, sleep, enable, work,
+    read. Nothing before enable_tracker is claimed in any state: the activity seconds
+    sum to the snapshot's elapsed time, which is the time since enable_tracker (under
+    the time from before the sleep to the read, and less the sleep)."""
+    import subprocess
+    import sys
+
+    program = (
+        'import time, json\n'
+        't0 = time.monotonic()\n'
+        'import higgsmeter\n'
+        'from higgsmeter import AppState, enable_tracker, state_tracker\n'
+        'time.sleep(0.5)\n'
+        't1 = time.monotonic()\n'
+        'enable_tracker(0)\n'
+        'with state_tracker.scope(AppState.GPU, "work"):\n'
+        '    time.sleep(0.15)\n'
+        'entries, _code, elapsed = state_tracker.snapshot()\n'
+        't2 = time.monotonic()\n'
+        'print(json.dumps({"sum": sum(s for _, _, s in entries), "elapsed": elapsed,\n'
+        '                  "tracked": t2 - t1, "since_import": t2 - t0}))\n'
+    )
+    env = {k: v for k, v in __import__('os').environ.items() if not k.startswith('OTEL_')}
+    env['OTEL_SDK_DISABLED'] = 'true'
+    out = subprocess.run(
+        [sys.executable, '-c', program], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    r = __import__('json').loads(out.stdout.strip().splitlines()[-1])
+    assert abs(r['sum'] - r['elapsed']) < SUM_TOLERANCE, r
+    # Counted from enable_tracker: no more than the tracked interval, so never the
+    # half second slept between the import and enable_tracker.
+    assert r['elapsed'] <= r['tracked'], r
+    assert r['since_import'] - r['elapsed'] >= 0.5, r

@@ -10,7 +10,8 @@ What changed against higgsmeter 0.1.1 (the state contract of the Rust SDK):
 - a scope opens at ``__enter__`` (the seed captured the state to restore when
   ``scope()`` was called);
 - time is read live: a scrape or export includes the time so far in the current state,
-  and the activity seconds always sum to the wall time since the tracker started;
+  and the activity seconds always sum to the wall time since ``enable_tracker``
+  (counting starts there);
 - ``finalize()`` twice counts nothing twice; ``enable_tracker`` again keeps the open
   interval (the seed replaced the tracker and dropped it);
 - nothing is claimed before ``enable_tracker`` or on a rank that does not track (the
