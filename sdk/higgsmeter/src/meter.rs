@@ -22,6 +22,8 @@ pub(crate) type AddReader = Box<dyn FnOnce(MeterProviderBuilder) -> MeterProvide
 pub(crate) struct MeterPipeline {
     provider: SdkMeterProvider,
     instruments: Option<ActivityInstruments>,
+    /// Where the OTLP push goes, for messages (`None`: no OTLP push).
+    otlp_endpoint: Option<String>,
 }
 
 /// Builds the provider with its readers. Must run inside the export runtime's context
@@ -51,6 +53,7 @@ pub(crate) fn start(
     let pipeline = MeterPipeline {
         provider: builder.build(),
         instruments: None,
+        otlp_endpoint: otlp.map(crate::otlp::endpoint_label),
     };
     Ok((pipeline, prometheus))
 }
@@ -78,9 +81,12 @@ impl Pipeline for MeterPipeline {
         let provider = self.provider.clone();
         match on_own_thread("higgsmeter-flush", move || provider.force_flush()) {
             Some(Ok(())) => {}
-            Some(Err(e)) => {
-                tracing::warn!(target: "higgsmeter", error = %e, "metric flush failed")
-            }
+            Some(Err(e)) => tracing::warn!(
+                target: "higgsmeter",
+                error = %e,
+                "metric flush to {} failed (the first failed export said why)",
+                self.otlp_endpoint.as_deref().unwrap_or("an exporter")
+            ),
             None => tracing::warn!(target: "higgsmeter", "metric flush thread failed"),
         }
     }
@@ -92,6 +98,7 @@ impl Pipeline for MeterPipeline {
         let MeterPipeline {
             provider,
             instruments,
+            otlp_endpoint,
         } = *self;
         let shut = on_own_thread("higgsmeter-shutdown", move || {
             let _instruments = instruments; // callbacks stay registered until the end
@@ -102,9 +109,14 @@ impl Pipeline for MeterPipeline {
         });
         match shut {
             Some((Ok(()), Ok(()))) => {}
-            Some((flushed, shut)) => {
-                tracing::warn!(target: "higgsmeter", ?flushed, ?shut, "final metric export failed")
-            }
+            Some((flushed, shut)) => tracing::warn!(
+                target: "higgsmeter",
+                ?flushed,
+                ?shut,
+                "final metric export to {} failed: what was counted since its last successful \
+                 export did not reach it (the first failed export said why)",
+                otlp_endpoint.as_deref().unwrap_or("an exporter")
+            ),
             None => tracing::warn!(target: "higgsmeter", "metric shutdown thread failed"),
         }
     }

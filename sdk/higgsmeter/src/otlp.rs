@@ -17,6 +17,8 @@ pub(crate) mod tls;
 #[cfg(feature = "tls")]
 pub(crate) mod tls;
 
+mod report;
+
 /// The error of a build without the `tls` feature asked for TLS.
 pub(crate) fn no_tls(name: &'static str, value: String) -> Error {
     Error::InvalidSetting {
@@ -60,11 +62,8 @@ pub(crate) fn with_reader(
     Ok(builder.with_reader(reader(s)?))
 }
 
-fn reader(s: &OtlpSettings) -> Result<PeriodicReader<MetricExporter>, Error> {
-    let endpoint_label = s
-        .endpoint
-        .clone()
-        .unwrap_or_else(|| "the OTEL_EXPORTER_OTLP_* endpoint".to_owned());
+fn reader(s: &OtlpSettings) -> Result<PeriodicReader<report::Reported>, Error> {
+    let endpoint_label = endpoint_label(s);
     let refused = || {
         no_tls(
             "OTEL_EXPORTER_OTLP_ENDPOINT / OTEL_EXPORTER_OTLP_CERTIFICATE",
@@ -108,10 +107,35 @@ fn reader(s: &OtlpSettings) -> Result<PeriodicReader<MetricExporter>, Error> {
         }
     }
     .map_err(|source| Error::Otlp {
-        endpoint: endpoint_label,
+        endpoint: endpoint_label.clone(),
         source,
     })?;
+    let exporter = report::Reported::new(exporter, endpoint_label, s.protocol);
     Ok(PeriodicReader::builder(exporter)
         .with_interval(s.interval)
         .build())
+}
+
+/// Where the OTLP metric push goes, for messages.
+pub(crate) fn endpoint_label(s: &OtlpSettings) -> String {
+    s.endpoint
+        .clone()
+        .unwrap_or_else(|| default_endpoint(s.protocol))
+}
+
+/// Where the OTLP exporter pushes when the builder set no endpoint: what the
+/// `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT` variables say
+/// (read by the exporter itself; read here only to name it in messages), else the
+/// protocol's default.
+fn default_endpoint(protocol: Protocol) -> String {
+    [
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]
+    .iter()
+    .find_map(|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+    .unwrap_or_else(|| match protocol {
+        Protocol::Grpc => "http://localhost:4317".to_owned(),
+        Protocol::HttpProtobuf => "http://localhost:4318/v1/metrics".to_owned(),
+    })
 }
