@@ -79,7 +79,7 @@
 //! the drill for adding one). The store (`aggregate/`) knows nothing of transports,
 //! TLS or exporters; the leaf modules `labels` (self-metric labels and the tables
 //! sized by them), `duration`, `protobuf` (the one wire reader) and `error` use
-//! nothing else of the crate, and `collector/tests/layering.rs` fails on any import
+//! nothing else of the crate, and `collector/tests/it/layering.rs` fails on any import
 //! cycle between modules.
 //!
 //! # Configuration

@@ -1,6 +1,6 @@
 //! Which top-level modules of a crate's `src` use which, and the import cycles among
-//! them: shared by the layering tests of the collector (`collector/tests/layering.rs`)
-//! and the SDK (`sdk/higgsmeter/tests/layering.rs`), which include this file with
+//! them: shared by the layering tests of the collector (`collector/tests/it/layering.rs`)
+//! and the SDK (`sdk/higgsmeter/tests/it/layering.rs`), which include this file with
 //! `#[path]`.
 //!
 //! It reads every top-level module's `crate::NAME` paths (in `use` lines and in code;

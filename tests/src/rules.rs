@@ -13,7 +13,7 @@
 //!   ignored, nesting allowed): the lines between are kept only in that flavour; the
 //!   marker lines themselves are dropped.
 //!
-//! `tests/tests/rules.rs` checks that the committed files are what this renders, and
+//! `tests/tests/it/rules.rs` checks that the committed files are what this renders, and
 //! rewrites them with `HIGGSMETER_WRITE_RULES=1`.
 
 use std::path::{Path, PathBuf};
@@ -92,7 +92,7 @@ impl Flavour {
     pub fn render(self, file: &str, template: &str) -> anyhow::Result<String> {
         let mut out = format!(
             "# GENERATED from otel-config/rules/source/{file} ({} flavour): edit that\n\
-             # file, then run `HIGGSMETER_WRITE_RULES=1 cargo test -p higgsmeter-e2e --test rules`.\n",
+             # file, then run `HIGGSMETER_WRITE_RULES=1 cargo test -p higgsmeter-e2e --test it rules::`.\n",
             self.name()
         );
         // One entry per open `#if`: whether its current branch is kept.

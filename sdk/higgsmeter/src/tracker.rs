@@ -640,7 +640,10 @@ mod begin_tests {
         let s = t.snapshot();
         assert_eq!(s.sum(), Duration::from_millis(150));
         assert_eq!(s.elapsed(), Duration::from_millis(150));
-        assert_eq!(s.get(AppState::Io, "read"), Some(Duration::from_millis(150)));
+        assert_eq!(
+            s.get(AppState::Io, "read"),
+            Some(Duration::from_millis(150))
+        );
         assert_eq!(s.total(AppState::Startup), Duration::ZERO);
         t.begin();
         clock.advance(Duration::from_millis(50));

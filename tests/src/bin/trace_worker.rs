@@ -1,4 +1,4 @@
-//! A worker for the trace tests (`tests/tests/traces_e2e.rs`): `higgsmeter::init()` from
+//! A worker for the trace tests (`tests/tests/it/traces_e2e.rs`): `higgsmeter::init()` from
 //! the environment (the test sets `OTEL_TRACES_EXPORTER`, the endpoint, the sampler,
 //! `RANK`, …), one request's worth of nested spans, then, once the `Telemetry` guard
 //! has flushed, what it measured as one JSON line on stdout.

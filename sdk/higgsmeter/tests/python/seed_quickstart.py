@@ -2,7 +2,7 @@
 
 Prints the Prometheus exposition of the default registry. The tracker reads
 `time.perf_counter`; it is replaced by a clock that moves only when the scenario says,
-so the values are exact and the Rust side (tests/python_parity.rs) can run the same
+so the values are exact and the Rust side (tests/it/python_parity.rs) can run the same
 scenario on its ManualClock and expect the very same numbers.
 """
 
