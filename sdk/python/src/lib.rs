@@ -3,8 +3,9 @@
 //! The package puts the Rust SDK behind the Python `higgsmeter` 0.1.1 API. Everything
 //! that counts, times or exports is here, over the `higgsmeter` crate: the tracker
 //! (`Tracker`, `StateScope`), the OpenTelemetry pipeline (`init`, `flush`, `shutdown`),
-//! the engine catalog's recorders and spans, the NVML meter and traces. The Python
-//! layer (`python/higgsmeter/`) adds what Python idiom wants: the `AppState` enum, the
+//! the engine catalog's recorders and spans, the NVML meter and traces, the engine
+//! catalog's families (`higgsmeter.catalog`) and the lab agent's session counters
+//! (`higgsmeter.lab`). The Python layer (`python/higgsmeter/`) adds what Python idiom wants: the `AppState` enum, the
 //! `track_state` decorator for plain, async, generator and async-generator functions,
 //! the `state_tracker` proxy and the `prometheus_client` collector.
 //!
@@ -15,7 +16,9 @@
 //!
 //! Build: `pip install ./sdk/python` (maturin, an abi3 wheel for CPython 3.10+).
 
+mod catalog;
 mod engine;
+mod lab;
 mod pipeline;
 mod states;
 mod traces;
@@ -69,5 +72,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipeline::forget_after_fork, m)?)?;
     m.add_function(wrap_pyfunction!(engine::step, m)?)?;
     m.add_function(wrap_pyfunction!(engine::transfer, m)?)?;
+    catalog::register(m)?;
+    lab::register(m)?;
     Ok(())
 }

@@ -95,3 +95,40 @@ def test_an_unreachable_collector_never_raises_or_blocks(run_python):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == 'ok'
+
+
+def test_a_failed_export_says_where_and_why_at_once():
+    """A worker pointed at a port where nothing listens: the first failed export logs,
+    while the worker runs, the endpoint, the protocol, the cause and the likely fix
+    (not only an `InternalFailure` at exit); and it logs once, not every interval."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+    endpoint = f'http://127.0.0.1:{port}'
+    env = {k: v for k, v in os.environ.items() if not k.startswith('OTEL_')}
+    env.update(
+        OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+        OTEL_EXPORTER_OTLP_PROTOCOL='grpc',
+        OTEL_METRIC_EXPORT_INTERVAL='200',
+    )
+    program = (
+        'import sys, time\n'
+        'from higgsmeter import enable_tracker\n'
+        'enable_tracker(0)\n'
+        'time.sleep(1.5)\n'
+        'print("RUNNING-DONE", file=sys.stderr, flush=True)\n'
+    )
+    out = subprocess.run(
+        [sys.executable, '-c', program], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    while_running = out.stderr.split('RUNNING-DONE')[0]
+    first = [line for line in while_running.splitlines() if 'metric export to' in line]
+    assert len(first) == 1, out.stderr
+    assert endpoint in first[0] and 'over grpc' in first[0], first[0]
+    assert 'Nothing accepts connections' in first[0], first[0]

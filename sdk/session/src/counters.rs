@@ -16,6 +16,10 @@ pub const GPU_ACTIVE_UTIL_THRESHOLD: f64 = 5.0;
 /// The window buckets, the seed's `WINDOW_BUCKETS`; any other bucket counts as `other`.
 pub const WINDOW_BUCKETS: [&str; 4] = ["subject", "terminal", "browser", "other"];
 
+/// The counter the `subject` bucket adds to, the seed's `SUBJECT_FIELD`; every other
+/// bucket adds to `seconds_in_{bucket}` (see [`SessionCounters::window_field`]).
+pub const SUBJECT_FIELD: &str = "seconds_in_subject_software";
+
 /// The process names whose first sighting the counters time (`seconds_to_first_*`).
 pub const SLEAP_PROCESSES: [&str; 3] = ["sleap-label", "sleap-train", "sleap-track"];
 
@@ -46,6 +50,23 @@ pub struct Sample {
     pub training_epochs_completed: Option<i64>,
     /// The latest training loss, if known.
     pub training_final_loss: Option<f64>,
+}
+
+impl Sample {
+    /// The bucket this sample's interval counts in: its `active_window_bucket` when that
+    /// is one of [`WINDOW_BUCKETS`], else `other` (as the seed's `apply_sample`).
+    pub fn window_bucket(&self) -> &'static str {
+        self.active_window_bucket
+            .as_deref()
+            .and_then(|b| WINDOW_BUCKETS.into_iter().find(|known| *known == b))
+            .unwrap_or("other")
+    }
+
+    /// Whether this sample counts as GPU-active: utilisation strictly above
+    /// [`GPU_ACTIVE_UTIL_THRESHOLD`] (`NaN` is not).
+    pub fn gpu_active(&self) -> bool {
+        self.gpu_util_pct > GPU_ACTIVE_UTIL_THRESHOLD
+    }
 }
 
 /// The rolling session counters, with the seed's field names, in the seed's order.
@@ -115,13 +136,8 @@ impl SessionCounters {
     /// Applies one sample: the seed's `apply_sample`, line for line.
     pub fn apply(&mut self, s: &Sample) {
         self.sample_count += 1;
-        let bucket = s
-            .active_window_bucket
-            .as_deref()
-            .filter(|b| WINDOW_BUCKETS.contains(b))
-            .unwrap_or("other");
-        *self.window_seconds_mut(bucket) += s.sample_interval_seconds;
-        if s.gpu_util_pct > GPU_ACTIVE_UTIL_THRESHOLD {
+        *self.window_seconds_mut(s.window_bucket()) += s.sample_interval_seconds;
+        if s.gpu_active() {
             self.gpu_active_seconds += s.sample_interval_seconds;
         }
         if s.gpu_util_pct > self.gpu_util_peak {
@@ -175,6 +191,18 @@ impl SessionCounters {
         ]
     }
 
+    /// The name of the field a window bucket's seconds add to: [`SUBJECT_FIELD`] for
+    /// `subject`, `seconds_in_{bucket}` for the others; anything that is not one of
+    /// [`WINDOW_BUCKETS`] counts as `other`.
+    pub fn window_field(bucket: &str) -> &'static str {
+        match bucket {
+            "subject" => SUBJECT_FIELD,
+            "terminal" => "seconds_in_terminal",
+            "browser" => "seconds_in_browser",
+            _ => "seconds_in_other",
+        }
+    }
+
     /// The counters as the seed's JSON object (one line, no trailing newline).
     pub fn to_json(&self) -> String {
         // Serialising plain fields and finite floats cannot fail; the fallback keeps
@@ -224,6 +252,20 @@ mod tests {
         assert_eq!(c.seconds_in_terminal, 2.0);
         assert_eq!(c.gpu_active_seconds, 2.0);
         assert_eq!(c.gpu_util_peak, 5.5);
+    }
+
+    #[test]
+    fn a_sample_names_its_bucket_and_field() {
+        let field = |b: Option<&str>| {
+            SessionCounters::window_field(sample("2025-03-01T09:00:00Z", b, 0.0).window_bucket())
+        };
+        assert_eq!(field(Some("subject")), SUBJECT_FIELD);
+        assert_eq!(field(Some("browser")), "seconds_in_browser");
+        assert_eq!(field(Some("Subject")), "seconds_in_other");
+        assert_eq!(field(None), "seconds_in_other");
+        assert!(!sample("2025-03-01T09:00:00Z", None, 5.0).gpu_active());
+        assert!(!sample("2025-03-01T09:00:00Z", None, f64::NAN).gpu_active());
+        assert!(sample("2025-03-01T09:00:00Z", None, 5.000_000_000_000_001).gpu_active());
     }
 
     #[test]

@@ -152,7 +152,8 @@ pub use agent::{
     CountersHandle, DEFAULT_TICK_INTERVAL, MIN_TICK_INTERVAL, SessionAgent, SessionAgentBuilder,
 };
 pub use counters::{
-    GPU_ACTIVE_UTIL_THRESHOLD, SLEAP_PROCESSES, Sample, SessionCounters, WINDOW_BUCKETS,
+    GPU_ACTIVE_UTIL_THRESHOLD, SLEAP_PROCESSES, SUBJECT_FIELD, Sample, SessionCounters,
+    WINDOW_BUCKETS,
 };
 pub use error::Error;
 pub use iso::Timestamp;

@@ -91,3 +91,24 @@ def forget_after_fork() -> None: ...
 def flush(timeout: float = 5.0) -> bool: ...
 def shutdown(timeout: float = 10.0) -> bool: ...
 def running() -> bool: ...
+
+# The engine catalog (higgsmeter.catalog): the families as
+# (name, kind, help, labels, buckets) tuples, in the catalog's order.
+FamilyRow = tuple[str, str, str, tuple[str, ...], tuple[float, ...]]
+CONDUCTOR_REQUEST_STATES: tuple[str, ...]
+STATUS_INTERVAL_S: float
+TRANSFER_API_SERVER: str
+
+def engine_families() -> tuple[list[FamilyRow], list[FamilyRow]]:
+    """(WORKER_FAMILIES, STATUS_FAMILIES) of the Rust catalog."""
+
+# The lab agent's session counters (higgsmeter.lab).
+SESSION_GPU_ACTIVE_UTIL_THRESHOLD: float
+SESSION_SUBJECT_FIELD: str
+SESSION_WINDOW_BUCKETS: tuple[str, ...]
+SESSION_SLEAP_PROCESSES: tuple[str, ...]
+
+def session_apply(c: Any, s: Any, elapsed: int, seen: list[str]) -> bool:
+    """Applies sample ``s`` to the ``SessionCounters`` dataclass ``c`` with the Rust
+    counters, as the seed's apply_sample; False (nothing changed) when a value is not
+    one the Rust counters hold exactly."""
