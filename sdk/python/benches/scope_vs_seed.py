@@ -12,13 +12,13 @@ the median over all repeats, in nanoseconds per operation, and the ratio seed / 
 
 import argparse
 import json
-import statistics
 import os
 import pathlib
+import statistics
 import subprocess
 import sys
 
-BODY = r'''
+BODY = r"""
 import json, statistics, timeit
 from higgsmeter import AppState, enable_tracker, state_tracker, track_state
 enable_tracker(rank=0)
@@ -43,7 +43,7 @@ for name, fn in [("scope", scope), ("track_state_call", decorated), ("set_state"
 import higgsmeter
 out["version"] = higgsmeter.__version__
 print(json.dumps(out))
-'''
+"""
 
 
 def run(pythonpath):

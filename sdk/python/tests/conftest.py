@@ -33,6 +33,7 @@ def run_python(tmp_path):
         full_env.update(env or {})
         return subprocess.run(
             [sys.executable, str(script)],
+            check=False,
             capture_output=True,
             text=True,
             env=full_env,

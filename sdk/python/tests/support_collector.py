@@ -52,9 +52,12 @@ def repo_root() -> Path:
     here = Path(__file__).resolve()
     for parent in here.parents:
         manifest = parent / 'Cargo.toml'
-        if manifest.is_file() and (parent / 'collector').is_dir():
-            if '[workspace]' in manifest.read_text(encoding='utf-8'):
-                return parent
+        if (
+            manifest.is_file()
+            and (parent / 'collector').is_dir()
+            and '[workspace]' in manifest.read_text(encoding='utf-8')
+        ):
+            return parent
     raise RuntimeError(f'no workspace root above {here}')
 
 
@@ -73,10 +76,18 @@ def collector_binary() -> Path:
         target = root / target
     binary = target / 'debug' / 'higgsmeter-collector'
     if not binary.is_file():
-        cmd = ['cargo', 'build', '-p', 'higgsmeter-collector', '--bin', 'higgsmeter-collector', '--quiet']
+        cmd = [
+            'cargo',
+            'build',
+            '-p',
+            'higgsmeter-collector',
+            '--bin',
+            'higgsmeter-collector',
+            '--quiet',
+        ]
         try:
             done = subprocess.run(
-                cmd, cwd=root, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
+                cmd, check=False, cwd=root, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
             )
         except FileNotFoundError as e:
             raise RuntimeError(
@@ -122,11 +133,16 @@ class Collector:
         self.process = subprocess.Popen(
             [
                 str(binary),
-                '--config', str(config),
-                '--grpc', '127.0.0.1:0',
-                '--http', '127.0.0.1:0',
-                '--prometheus', '127.0.0.1:0',
-                '--storage', 'none',
+                '--config',
+                str(config),
+                '--grpc',
+                '127.0.0.1:0',
+                '--http',
+                '127.0.0.1:0',
+                '--prometheus',
+                '127.0.0.1:0',
+                '--storage',
+                'none',
             ],
             cwd=workdir,
             env=env,
@@ -138,9 +154,7 @@ class Collector:
         self.pid = self.process.pid
         try:
             line = self._listening_line(_line_reader(self.process.stdout), start_timeout)
-            addrs = dict(
-                word.split('=', 1) for word in line.split()[2:] if '=' in word
-            )
+            addrs = dict(word.split('=', 1) for word in line.split()[2:] if '=' in word)
             self.grpc = addrs['grpc']
             self.http = addrs['http']
             self.prometheus = addrs['prometheus']

@@ -18,22 +18,25 @@ import types
 from pathlib import Path
 
 import pytest
-
 from higgsmeter import catalog
 from higgsmeter.catalog import Family
 
-SEED = Path(__file__).resolve().parents[2] / 'catalog' / 'tests' / 'seed' / '002_383760d4258609cb.txt'
+SEED = (
+    Path(__file__).resolve().parents[2] / 'catalog' / 'tests' / 'seed' / '002_383760d4258609cb.txt'
+)
 MODULE = 'mstar.observability.catalog'
 CLASS_LINE = re.compile(r'^- class ' + re.escape(MODULE) + r'\.Family\((?P<sig>.*)\)\[source\]#$')
 ATTR_LINE = re.compile(
-    r'^- ' + re.escape(MODULE) + r'\.(?P<name>[A-Z_][A-Z0-9_]*)(?P<annotation>: [^=]+)? = (?P<value>.*)#$'
+    r'^- '
+    + re.escape(MODULE)
+    + r'\.(?P<name>[A-Z_][A-Z0-9_]*)(?P<annotation>: [^=]+)? = (?P<value>.*)#$'
 )
 
 
 def _seed_lines():
     signature, attributes = None, []
-    for line in SEED.read_text(encoding='utf-8').splitlines():
-        line = line.strip()
+    for raw in SEED.read_text(encoding='utf-8').splitlines():
+        line = raw.strip()
         if m := CLASS_LINE.match(line):
             signature = m.group('sig')
         elif m := ATTR_LINE.match(line):
@@ -50,10 +53,11 @@ def _seed_module():
     """The seed's module, rebuilt from its documentation: Family from the printed
     signature, then each printed assignment."""
     scope = {}
-    exec(f'def signature({SEED_SIGNATURE}): pass', scope)  # noqa: S102
+    exec(f'def signature({SEED_SIGNATURE}): pass', scope)
     params = inspect.signature(scope['signature']).parameters
     body = [
-        f'    {p.name}: {p.annotation}' + ('' if p.default is inspect.Parameter.empty else f' = {p.default!r}')
+        f'    {p.name}: {p.annotation}'
+        + ('' if p.default is inspect.Parameter.empty else f' = {p.default!r}')
         for p in params.values()
     ]
     source = '\n'.join(
@@ -69,7 +73,7 @@ def _seed_module():
     # A module of its own (dataclasses look string annotations up in sys.modules).
     module = types.ModuleType('seed_mstar_observability_catalog')
     sys.modules[module.__name__] = module
-    exec(compile(source, str(SEED), 'exec'), module.__dict__)  # noqa: S102
+    exec(compile(source, str(SEED), 'exec'), module.__dict__)
     return module.__dict__
 
 
@@ -80,7 +84,13 @@ CONSTANTS = [name for name, _, _ in SEED_ATTRIBUTES if name not in FAMILY_GROUPS
 
 def test_the_seed_defines_what_we_expect_to_compare():
     assert sorted(SEED_REPRS) == sorted(
-        ['CONDUCTOR_REQUEST_STATES', 'STATUS_FAMILIES', 'STATUS_INTERVAL_S', 'TRANSFER_API_SERVER', 'WORKER_FAMILIES']
+        [
+            'CONDUCTOR_REQUEST_STATES',
+            'STATUS_FAMILIES',
+            'STATUS_INTERVAL_S',
+            'TRANSFER_API_SERVER',
+            'WORKER_FAMILIES',
+        ]
     )
     assert len(SEED_MODULE['WORKER_FAMILIES']) == 11
     assert len(SEED_MODULE['STATUS_FAMILIES']) == 13
@@ -181,7 +191,9 @@ def test_prometheus_metrics_have_the_kinds_labels_and_buckets(group):
     # One series each, then the exposition: names, types, help, labels, buckets.
     for name, metric in metrics.items():
         family = families[name]
-        child = metric.labels(model_name='llama', **{label: f'{label}-v' for label in family.labels})
+        child = metric.labels(
+            model_name='llama', **{label: f'{label}-v' for label in family.labels}
+        )
         if family.kind == 'counter':
             child.inc(3)
         elif family.kind == 'gauge':
@@ -206,11 +218,7 @@ def test_prometheus_metrics_have_the_kinds_labels_and_buckets(group):
         elif family.kind == 'gauge':
             assert values[(name, tuple(sorted(labels.items())))] == 7
         else:
-            bounds = [
-                float(dict(key[1])['le'])
-                for key in values
-                if key[0] == f'{name}_bucket'
-            ]
+            bounds = [float(dict(key[1])['le']) for key in values if key[0] == f'{name}_bucket']
             assert bounds == [*family.buckets, math.inf]
             for bound in bounds:
                 le = prometheus_client.utils.floatToGoString(bound)

@@ -14,14 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from conftest import totals
-from prometheus_client import REGISTRY
-from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
-
 from higgsmeter import AppState
 from higgsmeter import enable_tracker
 from higgsmeter import state_tracker
 from higgsmeter import track_state
+from prometheus_client import REGISTRY
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 SUM_TOLERANCE = 1e-6  # float rounding of nanosecond totals
 
@@ -69,9 +68,8 @@ def test_set_state_inside_a_scope_changes_that_scope_only():
 
 
 def test_an_exception_closes_the_scope():
-    with pytest.raises(ZeroDivisionError):
-        with state_tracker.scope(AppState.GPU, 'boom'):
-            1 / 0
+    with pytest.raises(ZeroDivisionError), state_tracker.scope(AppState.GPU, 'boom'):
+        _ = 1 / 0
     assert current() == (AppState.IDLE, 'contract')
 
 
@@ -119,7 +117,7 @@ def test_eight_threads_hammering_set_state():
             barrier.wait()
             for j in range(2000):
                 state_tracker.set_state(states[(i + j) % 4], f'hammer{i}')
-        except Exception as e:  # noqa: BLE001 - reported below
+        except Exception as e:
             errors.append(e)
 
     threads = [threading.Thread(target=hammer, args=(i,)) for i in range(8)]
@@ -286,7 +284,10 @@ def test_enable_again_keeps_the_open_interval():
 
 def test_prometheus_exposition_matches_the_seed():
     text = generate_latest(REGISTRY).decode()
-    assert '# HELP worker_activity_time_seconds_total Total seconds spent in each state and operation' in text
+    assert (
+        '# HELP worker_activity_time_seconds_total Total seconds spent in each state and operation'
+        in text
+    )
     assert '# TYPE worker_activity_time_seconds_total counter' in text
     assert (
         '# HELP worker_current_state Current state indicator: 0=Idle, 1=IO, 2=CPU, 3=GPU, '
@@ -371,7 +372,12 @@ def test_counting_starts_at_enable_tracker_not_at_import():
     env = {k: v for k, v in __import__('os').environ.items() if not k.startswith('OTEL_')}
     env['OTEL_SDK_DISABLED'] = 'true'
     out = subprocess.run(
-        [sys.executable, '-c', program], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, '-c', program],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
     r = __import__('json').loads(out.stdout.strip().splitlines()[-1])

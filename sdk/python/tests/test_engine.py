@@ -1,11 +1,9 @@
 """The engine catalog from Python: step and transfer scopes and typed recorders,
 scraped from the Rust Prometheus endpoint of a worker in a subprocess."""
 
-from prometheus_client.parser import text_string_to_metric_families
-
 import pytest
-
 from higgsmeter.engine import EngineRecorders
+from prometheus_client.parser import text_string_to_metric_families
 
 
 def samples(text):
@@ -58,7 +56,10 @@ def test_recorders_and_scopes_export_the_catalog_families(run_python):
     assert value('mstar_batch_size_sum', component='decoder', graph_walk='decode') == 8 * 3 + 16
     assert value('mstar_batch_size_sum', component='decoder', graph_walk='prefill') == 32
     assert value('mstar_transfers_total', src='prefill', dst='decoder', transport='nvlink') == 1
-    assert value('mstar_transfer_bytes_total', src='prefill', dst='decoder', transport='nvlink') == 4096
+    assert (
+        value('mstar_transfer_bytes_total', src='prefill', dst='decoder', transport='nvlink')
+        == 4096
+    )
     assert value('mstar_kv_pages_used', component='decoder', resource='gpu0') == 1024
     assert value('mstar_prefix_cache_hit_tokens_total', component='decoder') == 384
     assert value('mstar_component_pending_steps', component='decoder') == 3

@@ -8,13 +8,14 @@ import importlib.util
 import json
 import math
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import datetime
+from datetime import timedelta
+from datetime import timezone
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
-
 from higgsmeter import lab
 
 SESSION_TESTS = Path(__file__).resolve().parents[2] / 'session' / 'tests'
@@ -111,7 +112,12 @@ def test_docstring_example():
 
 # ---- random streams -----------------------------------------------------------------
 
-START_ZONES = [timezone.utc, timezone(timedelta(hours=2)), timezone(timedelta(hours=-7, minutes=-30)), None]
+START_ZONES = [
+    timezone.utc,
+    timezone(timedelta(hours=2)),
+    timezone(timedelta(hours=-7, minutes=-30)),
+    None,
+]
 try:  # one tzinfo on both sides: the seed subtracts wall times across a DST change
     from zoneinfo import ZoneInfo
 
@@ -132,31 +138,71 @@ def _number(rng, threshold=False):
         lambda r: r.randint(0, 100),
         lambda r: 0,
         lambda r: 0.0,
-        lambda r: r.choice([5, 5.0, 5.000000000000001, 4.999999999999999]) if threshold else r.random(),
+        lambda r: (
+            r.choice([5, 5.0, 5.000000000000001, 4.999999999999999]) if threshold else r.random()
+        ),
         lambda r: r.choice([-1, -0.0, 1e-300, 1e300, 2**52, 2**52 + 0.5, 4503599627370495.5]),
     ]
     return rng.choice(choices)(rng)
 
 
-RARE_NUMBERS = [None, math.nan, math.inf, -math.inf, True, False, 2**53 + 1, 2**70, -(2**64), Decimal('2.5'), Fraction(1, 3)]
+RARE_NUMBERS = [
+    None,
+    math.nan,
+    math.inf,
+    -math.inf,
+    True,
+    False,
+    2**53 + 1,
+    2**70,
+    -(2**64),
+    Decimal('2.5'),
+    Fraction(1, 3),
+]
 
 
 def _interval(rng):
-    return rng.choice([2, 2.0, 1, 0.5, 0, 0.0, -0.0, rng.uniform(0, 5), rng.randint(0, 3600), 0.1, 1e-9, 3600 * 24 * 365])
+    return rng.choice(
+        [
+            2,
+            2.0,
+            1,
+            0.5,
+            0,
+            0.0,
+            -0.0,
+            rng.uniform(0, 5),
+            rng.randint(0, 3600),
+            0.1,
+            1e-9,
+            3600 * 24 * 365,
+        ]
+    )
 
 
 def _ts(rng, start, prev):
     kind = rng.random()
     if kind < 0.6:
-        ts = prev + timedelta(seconds=rng.choice([2, 2.0, 0.5, 1.999999, 0, 7]), microseconds=rng.randint(0, 999_999))
+        ts = prev + timedelta(
+            seconds=rng.choice([2, 2.0, 0.5, 1.999999, 0, 7]), microseconds=rng.randint(0, 999_999)
+        )
     elif kind < 0.75:  # before the start (negative elapsed, truncated toward zero)
         ts = start - timedelta(seconds=rng.uniform(0, 100))
     elif kind < 0.85:  # long gaps: hours, days, a DST change, centuries
-        ts = prev + timedelta(days=rng.choice([0.04, 1, 30, 200, 4000]), microseconds=rng.randint(0, 999_999))
+        ts = prev + timedelta(
+            days=rng.choice([0.04, 1, 30, 200, 4000]), microseconds=rng.randint(0, 999_999)
+        )
     elif kind < 0.9:  # beyond 2**53 microseconds: total_seconds() rounds
-        ts = start + timedelta(seconds=rng.randint(10**10, 2 * 10**10), microseconds=rng.choice([999_999, 999_998, 500_000, 1]))
+        ts = start + timedelta(
+            seconds=rng.randint(10**10, 2 * 10**10),
+            microseconds=rng.choice([999_999, 999_998, 500_000, 1]),
+        )
     elif kind < 0.95:  # the same instant in another offset
-        ts = prev.astimezone(timezone(timedelta(hours=rng.randint(-12, 12)))) if prev.tzinfo else prev
+        ts = (
+            prev.astimezone(timezone(timedelta(hours=rng.randint(-12, 12))))
+            if prev.tzinfo
+            else prev
+        )
     else:  # a naive timestamp against an aware start (or the reverse): the seed raises
         ts = prev.replace(tzinfo=None) if prev.tzinfo else prev.replace(tzinfo=timezone.utc)
     return ts
@@ -173,15 +219,25 @@ def _sample_fields(rng, start, prev):
         sample_interval_seconds=_pick(rng, _interval, RARE_NUMBERS),
         active_window_bucket=_pick(
             rng,
-            lambda r: r.choice(['subject', 'terminal', 'browser', 'other', 'Subject', '', 'unknown', None]),
+            lambda r: r.choice(
+                ['subject', 'terminal', 'browser', 'other', 'Subject', '', 'unknown', None]
+            ),
             [3, b'subject', ('subject',)],
         ),
         gpu_util_pct=_pick(rng, lambda r: _number(r, threshold=True), RARE_NUMBERS),
         vram_mb=_pick(rng, _number, RARE_NUMBERS),
         processes_seen=_pick(rng, _processes, [None, 'sleap-label sleap-track', '', 42, {}]),
-        max_labeled_frames=_pick(rng, lambda r: r.choice([None, None, r.randint(-5, 500), 0]), [2**70, 3.5, True, '7']),
-        training_epochs_completed=_pick(rng, lambda r: r.choice([None, None, r.randint(-2, 50)]), [2**63, 2.0, False]),
-        training_final_loss=_pick(rng, lambda r: r.choice([None, r.random(), 0, 0.0, r.randint(0, 9)]), [math.nan, 'x', Decimal(1)]),
+        max_labeled_frames=_pick(
+            rng, lambda r: r.choice([None, None, r.randint(-5, 500), 0]), [2**70, 3.5, True, '7']
+        ),
+        training_epochs_completed=_pick(
+            rng, lambda r: r.choice([None, None, r.randint(-2, 50)]), [2**63, 2.0, False]
+        ),
+        training_final_loss=_pick(
+            rng,
+            lambda r: r.choice([None, r.random(), 0, 0.0, r.randint(0, 9)]),
+            [math.nan, 'x', Decimal(1)],
+        ),
     )
 
 
@@ -205,14 +261,24 @@ def test_random_streams_match_the_seed_after_every_sample(chunk, monkeypatch):
     for stream in range(chunk * 100, chunk * 100 + 100):
         rng = random.Random(stream)
         zone = rng.choice(START_ZONES)
-        start = datetime(2025, rng.choice([1, 3, 7, 10]), rng.randint(1, 28), rng.randint(0, 23), rng.randint(0, 59),
-                         rng.randint(0, 59), rng.choice([0, rng.randint(0, 999_999)]), tzinfo=zone)
+        start = datetime(
+            2025,
+            rng.choice([1, 3, 7, 10]),
+            rng.randint(1, 28),
+            rng.randint(0, 23),
+            rng.randint(0, 59),
+            rng.randint(0, 59),
+            rng.choice([0, rng.randint(0, 999_999)]),
+            tzinfo=zone,
+        )
         ours, theirs = lab.new_counters(start), seed.new_counters(start)
         prev = start
         for i in range(rng.randint(1, 40)):
             fields = _sample_fields(rng, start, prev)
             prev = fields['ts'] if isinstance(fields['ts'], datetime) else prev
-            if fields['ts'].tzinfo is None and start.tzinfo is not None or fields['ts'].tzinfo is not None and start.tzinfo is None:
+            if (fields['ts'].tzinfo is None and start.tzinfo is not None) or (
+                fields['ts'].tzinfo is not None and start.tzinfo is None
+            ):
                 prev = start  # do not let the mismatch run on
             raised = _apply(seed, theirs, seed.Sample(**fields))
             assert _apply(lab, ours, lab.Sample(**fields)) == raised, (stream, i, fields)
@@ -238,11 +304,27 @@ def test_plain_samples_take_the_rust_counters(monkeypatch):
     start = datetime(2025, 3, 1, 9, tzinfo=timezone.utc)
     c = lab.new_counters(start)
     for i in range(1, 6):
-        lab.apply_sample(c, lab.Sample(start + timedelta(seconds=2 * i), 2.0, 'terminal', 5.0 + i, 100.0 * i,
-                                       ['sleap-track'], None, i, 0.5 / i))
+        lab.apply_sample(
+            c,
+            lab.Sample(
+                start + timedelta(seconds=2 * i),
+                2.0,
+                'terminal',
+                5.0 + i,
+                100.0 * i,
+                ['sleap-track'],
+                None,
+                i,
+                0.5 / i,
+            ),
+        )
     assert calls == {'rust': 5, 'seed': 0}
     assert (c.sample_count, c.seconds_in_terminal, c.gpu_active_seconds) == (5, 10.0, 10.0)
-    assert (c.gpu_util_peak, c.vram_used_peak_mb, c.seconds_to_first_sleap_track) == (10.0, 500.0, 2)
+    assert (c.gpu_util_peak, c.vram_used_peak_mb, c.seconds_to_first_sleap_track) == (
+        10.0,
+        500.0,
+        2,
+    )
     assert (c.training_epochs_completed, c.training_final_loss) == (5, 0.1)
 
 

@@ -37,8 +37,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support_collector import Sample  # noqa: E402
-from support_collector import collector_running  # noqa: E402
+from support_collector import Sample
+from support_collector import collector_running
 
 WORKER = Path(__file__).resolve().parent / 'rank_worker.py'
 W = 'worker_activity_time_seconds_total'
@@ -209,7 +209,9 @@ def check_final_key(what: str, got: float, printed: float, bound: float) -> None
 
 
 def check_exact(what: str, got: float, want: float) -> None:
-    assert abs(got - want) <= EXACT, f'{what}: collector has {got!r}, the worker(s) printed {want!r}'
+    assert abs(got - want) <= EXACT, (
+        f'{what}: collector has {got!r}, the worker(s) printed {want!r}'
+    )
 
 
 @pytest.mark.parametrize('protocol', ['http/protobuf', 'grpc'])
@@ -283,7 +285,9 @@ def test_ranks_fleet_sums_exact(protocol):
             for k in set(t) | set(got):
                 what = f'/metrics/sources rank {rank} {W}{{state={k[0]!r},operation={k[1]!r}}}'
                 if k == FINAL:
-                    check_final_key(what, got.get(k, 0.0), t.get(k, 0.0), results[int(rank)]['_exit_bound'])
+                    check_final_key(
+                        what, got.get(k, 0.0), t.get(k, 0.0), results[int(rank)]['_exit_bound']
+                    )
                 else:
                     check_exact(what, got.get(k, 0.0), t.get(k, 0.0))
 
@@ -300,8 +304,11 @@ def test_ranks_fleet_sums_exact(protocol):
         for k in set(truth) | set(fleet_w):
             what = f'/metrics {W}{{state={k[0]!r},operation={k[1]!r}}}'
             # The collector's sum of its per-source values, exactly.
-            check_exact(what + ' vs the per-source view', fleet_w.get(k, 0.0),
-                        sum(by_rank[r].get(k, 0.0) for r in want_ranks))
+            check_exact(
+                what + ' vs the per-source view',
+                fleet_w.get(k, 0.0),
+                sum(by_rank[r].get(k, 0.0) for r in want_ranks),
+            )
             # The workers' own totals.
             if k == FINAL:
                 check_final_key(what, fleet_w.get(k, 0.0), truth.get(k, 0.0), bound_all)
@@ -316,14 +323,20 @@ def test_ranks_fleet_sums_exact(protocol):
         for view, samples in (('/metrics', fleet), ('/metrics/sources', sources)):
             cur = [s for s in samples if s.name == CURRENT]
             got = {s.label('rank'): s.value for s in cur}
-            assert len(cur) == len(RANKS) and got == {r: float(SHUTDOWN_CODE) for r in want_ranks}, (
-                f'{view} {CURRENT}: {cur}'
-            )
+            assert len(cur) == len(RANKS) and got == {
+                r: float(SHUTDOWN_CODE) for r in want_ranks
+            }, f'{view} {CURRENT}: {cur}'
             for s in cur:
-                assert s.label('job') == SERVICE and s.label('instance') in instances[s.label('rank')], s
+                assert (
+                    s.label('job') == SERVICE and s.label('instance') in instances[s.label('rank')]
+                ), s
         # The resource: rank (argument or RANK), WORLD_SIZE, OTEL_RESOURCE_ATTRIBUTES.
         for view, samples in (('/metrics', fleet), ('/metrics/sources', sources)):
-            info = {s.label('rank'): s for s in samples if s.name == 'target_info' and s.label('job') == SERVICE}
+            info = {
+                s.label('rank'): s
+                for s in samples
+                if s.name == 'target_info' and s.label('job') == SERVICE
+            }
             assert set(info) == want_ranks, f'{view} target_info: {info}'
             for rank, s in info.items():
                 assert s.label('instance') in instances[rank], s
@@ -336,26 +349,40 @@ def test_ranks_fleet_sums_exact(protocol):
         # The collector's own counters: the pushes came over this protocol, none refused.
         transport = 'grpc' if protocol == 'grpc' else 'http'
         other = 'http' if transport == 'grpc' else 'grpc'
-        requests = {s.label('transport'): s.value for s in fleet
-                    if s.name == 'higgsmeter_collector_requests_total'}
+        requests = {
+            s.label('transport'): s.value
+            for s in fleet
+            if s.name == 'higgsmeter_collector_requests_total'
+        }
         assert requests.get(transport, 0.0) >= len(RANKS), requests
         assert requests.get(other, 0.0) == 0.0, requests
-        refused = [s for s in fleet
-                   if s.name in ('higgsmeter_collector_points_refused_total',
-                                 'higgsmeter_collector_requests_refused_total') and s.value != 0]
+        refused = [
+            s
+            for s in fleet
+            if s.name
+            in (
+                'higgsmeter_collector_points_refused_total',
+                'higgsmeter_collector_requests_refused_total',
+            )
+            and s.value != 0
+        ]
         assert not refused, f'the collector refused data: {refused}'
 
 
 def seed_worker(rank: int, endpoint: str | None) -> dict:
     extra = {'RANK': str(rank)}
     if endpoint is not None:
-        extra.update({
-            'OTEL_EXPORTER_OTLP_ENDPOINT': endpoint,
-            'OTEL_EXPORTER_OTLP_PROTOCOL': 'http/protobuf',
-            'OTEL_METRIC_EXPORT_INTERVAL': '200',
-            'OTEL_SERVICE_NAME': SERVICE,
-        })
-    [(_, result)] = run_workers([(f'seed-rank{rank}', ['seed', '--rank-arg', str(rank)], worker_env(extra))])
+        extra.update(
+            {
+                'OTEL_EXPORTER_OTLP_ENDPOINT': endpoint,
+                'OTEL_EXPORTER_OTLP_PROTOCOL': 'http/protobuf',
+                'OTEL_METRIC_EXPORT_INTERVAL': '200',
+                'OTEL_SERVICE_NAME': SERVICE,
+            }
+        )
+    [(_, result)] = run_workers(
+        [(f'seed-rank{rank}', ['seed', '--rank-arg', str(rank)], worker_env(extra))]
+    )
     return result
 
 

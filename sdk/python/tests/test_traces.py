@@ -98,5 +98,7 @@ def test_spans_nest_per_task_and_thread(run_python, protocol):
         assert inner['trace_id'] == gpu['trace_id']
     io = named('io', operation='thread_io')
     assert by_id[named('mstar_step', graph_walk='thread_step')['parent_span_id']] is io
-    assert named('gpu', operation='task_a')['trace_id'] != named('gpu', operation='task_b')['trace_id']
+    assert (
+        named('gpu', operation='task_a')['trace_id'] != named('gpu', operation='task_b')['trace_id']
+    )
     assert all(s['resource'].get('service.name') == 'py-traces' for s in spans)

@@ -25,19 +25,19 @@ Quick start::
 """
 
 from higgsmeter._core import ConfigError
+from higgsmeter._version import __version__
 from higgsmeter.tracker import AppState
 from higgsmeter.tracker import StateTracker
 from higgsmeter.tracker import enable_tracker
 from higgsmeter.tracker import state_tracker
 from higgsmeter.tracker import track_state
-from higgsmeter._version import __version__
 
 __all__ = [
     'AppState',
     'ConfigError',
     'StateTracker',
-    'enable_tracker',
-    'track_state',
-    'state_tracker',
     '__version__',
+    'enable_tracker',
+    'state_tracker',
+    'track_state',
 ]

@@ -2,6 +2,52 @@
 
 from types import TracebackType
 from typing import Any
+from typing import TypeAlias
+from typing import final
+
+from typing_extensions import Self
+from typing_extensions import disjoint_base
+
+from higgsmeter.lab import Sample
+from higgsmeter.lab import SessionCounters
+from higgsmeter.tracker import AppState
+
+__all__ = [
+    'ACTIVITY_HELP',
+    'ACTIVITY_LABELS',
+    'ACTIVITY_NAME',
+    'CONDUCTOR_REQUEST_STATES',
+    'CURRENT_STATE_HELP',
+    'CURRENT_STATE_NAME',
+    'SESSION_GPU_ACTIVE_UTIL_THRESHOLD',
+    'SESSION_SLEAP_PROCESSES',
+    'SESSION_SUBJECT_FIELD',
+    'SESSION_WINDOW_BUCKETS',
+    'STATUS_INTERVAL_S',
+    'TRANSFER_API_SERVER',
+    'CatalogScope',
+    'ConductorRequestsRecorder',
+    'ConfigError',
+    'EngineRecorders',
+    'GaugeRecorder',
+    'KvPagesRecorder',
+    'PrefixCacheRecorder',
+    'SpanRef',
+    'StateScope',
+    'StepRecorder',
+    'Tracker',
+    'TransferRecorder',
+    'engine_families',
+    'flush',
+    'forget_after_fork',
+    'init',
+    'register_states',
+    'running',
+    'session_apply',
+    'shutdown',
+    'step',
+    'transfer',
+]
 
 __version__: str
 ACTIVITY_NAME: str
@@ -12,12 +58,13 @@ CURRENT_STATE_HELP: str
 
 class ConfigError(ValueError): ...
 
+@final
 class StateScope:
     @property
-    def state(self) -> Any: ...
+    def state(self) -> AppState: ...
     @property
     def operation(self) -> str | None: ...
-    def __enter__(self) -> StateScope: ...
+    def __enter__(self) -> Self: ...
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -25,22 +72,25 @@ class StateScope:
         tb: TracebackType | None,
     ) -> bool: ...
 
+@disjoint_base
 class Tracker:
-    def __new__(cls, enabled: bool = False, *, process_wide: bool = False) -> Tracker: ...
-    def set_state(self, new_state: Any, operation: str | None = None) -> None: ...
-    def scope(self, state: Any, operation: str | None = None) -> StateScope: ...
+    def __new__(cls, enabled: bool = False, *, process_wide: bool = False) -> Self: ...
+    def set_state(self, new_state: AppState, operation: str | None = None) -> None: ...
+    def scope(self, state: AppState, operation: str | None = None) -> StateScope: ...
     def finalize(self) -> None: ...
     enabled: bool
     @property
-    def current_state(self) -> Any: ...
+    def current_state(self) -> AppState: ...
     @property
     def current_operation(self) -> str: ...
     def snapshot(self) -> tuple[list[tuple[str, str, float]], int, float]: ...
 
+@final
 class SpanRef: ...
 
+@final
 class CatalogScope:
-    def __enter__(self) -> CatalogScope: ...
+    def __enter__(self) -> Self: ...
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
@@ -52,26 +102,33 @@ class CatalogScope:
 def step(component: str, graph_walk: str, batch_size: int | None = None) -> CatalogScope: ...
 def transfer(src: str, dst: str, transport: str, bytes: int | None = None) -> CatalogScope: ...
 
+@final
 class StepRecorder:
     def record(self, seconds: float, batch_size: int | None = None) -> None: ...
 
+@final
 class TransferRecorder:
     def record(self, seconds: float, bytes: int) -> None: ...
 
+@final
 class PrefixCacheRecorder:
     def record_lookup(self, query_tokens: int, hit_tokens: int) -> None: ...
 
+@final
 class KvPagesRecorder:
     def set(self, total: int, used: int, cached: int) -> None: ...
 
+@final
 class GaugeRecorder:
     def set(self, value: int) -> None: ...
 
+@final
 class ConductorRequestsRecorder:
     def set(self, waiting: int, running: int, draining: int) -> None: ...
 
+@final
 class EngineRecorders:
-    def __new__(cls) -> EngineRecorders: ...
+    def __new__(cls) -> Self: ...
     def step(self, component: str, graph_walk: str) -> StepRecorder: ...
     def transfer(self, src: str, dst: str, transport: str) -> TransferRecorder: ...
     def prefix_cache(self, component: str) -> PrefixCacheRecorder: ...
@@ -80,7 +137,7 @@ class EngineRecorders:
     def in_flight(self, component: str) -> GaugeRecorder: ...
     def conductor_requests(self) -> ConductorRequestsRecorder: ...
 
-def register_states(members: list[Any]) -> None: ...
+def register_states(members: list[AppState]) -> None: ...
 def init(
     tracker: Tracker,
     rank: int | None = None,
@@ -94,12 +151,12 @@ def running() -> bool: ...
 
 # The engine catalog (higgsmeter.catalog): the families as
 # (name, kind, help, labels, buckets) tuples, in the catalog's order.
-FamilyRow = tuple[str, str, str, tuple[str, ...], tuple[float, ...]]
+_FamilyRow: TypeAlias = tuple[str, str, str, tuple[str, ...], tuple[float, ...]]
 CONDUCTOR_REQUEST_STATES: tuple[str, ...]
 STATUS_INTERVAL_S: float
 TRANSFER_API_SERVER: str
 
-def engine_families() -> tuple[list[FamilyRow], list[FamilyRow]]:
+def engine_families() -> tuple[list[_FamilyRow], list[_FamilyRow]]:
     """(WORKER_FAMILIES, STATUS_FAMILIES) of the Rust catalog."""
 
 # The lab agent's session counters (higgsmeter.lab).
@@ -108,7 +165,7 @@ SESSION_SUBJECT_FIELD: str
 SESSION_WINDOW_BUCKETS: tuple[str, ...]
 SESSION_SLEAP_PROCESSES: tuple[str, ...]
 
-def session_apply(c: Any, s: Any, elapsed: int, seen: list[str]) -> bool:
+def session_apply(c: SessionCounters, s: Sample, elapsed: int, seen: list[str]) -> bool:
     """Applies sample ``s`` to the ``SessionCounters`` dataclass ``c`` with the Rust
     counters, as the seed's apply_sample; False (nothing changed) when a value is not
     one the Rust counters hold exactly."""

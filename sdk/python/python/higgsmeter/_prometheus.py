@@ -42,9 +42,7 @@ class ActivityCollector:
         if not tracker.enabled:
             return
         entries, current, _elapsed = tracker.snapshot()
-        activity = CounterMetricFamily(
-            ACTIVITY_NAME, ACTIVITY_HELP, labels=list(ACTIVITY_LABELS)
-        )
+        activity = CounterMetricFamily(ACTIVITY_NAME, ACTIVITY_HELP, labels=list(ACTIVITY_LABELS))
         for state, operation, seconds in entries:
             activity.add_metric([state, operation], seconds)
         yield activity

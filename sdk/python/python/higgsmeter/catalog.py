@@ -91,10 +91,10 @@ def prometheus_metric(family, *, registry=_DEFAULT_REGISTRY, model_name_label=MO
     (``prometheus_client`` strips it from the metric object's name and writes it back).
     Raises ``ValueError`` for an unknown kind; needs ``prometheus_client`` installed.
     """
+    from prometheus_client import REGISTRY
     from prometheus_client import Counter
     from prometheus_client import Gauge
     from prometheus_client import Histogram
-    from prometheus_client import REGISTRY
 
     if registry is _DEFAULT_REGISTRY:
         registry = REGISTRY
@@ -127,21 +127,19 @@ def build_prometheus_metrics(
     if isinstance(families, dict):
         families = families.values()
     return {
-        family.name: prometheus_metric(
-            family, registry=registry, model_name_label=model_name_label
-        )
+        family.name: prometheus_metric(family, registry=registry, model_name_label=model_name_label)
         for family in families
     }
 
 
 __all__ = [
     'CONDUCTOR_REQUEST_STATES',
-    'Family',
     'MODEL_NAME_LABEL',
     'STATUS_FAMILIES',
     'STATUS_INTERVAL_S',
     'TRANSFER_API_SERVER',
     'WORKER_FAMILIES',
+    'Family',
     'build_prometheus_metrics',
     'prometheus_metric',
 ]

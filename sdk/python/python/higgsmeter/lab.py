@@ -121,10 +121,8 @@ def _apply_sample_seed(c: SessionCounters, s: Sample) -> None:
     # The seed's apply_sample, unchanged, for values the Rust counters cannot hold
     # exactly (see the module docstring).
     c.sample_count += 1
-    bucket = (
-        s.active_window_bucket if s.active_window_bucket in WINDOW_BUCKETS else "other"
-    )
-    attr = SUBJECT_FIELD if bucket == "subject" else f"seconds_in_{bucket}"
+    bucket = s.active_window_bucket if s.active_window_bucket in WINDOW_BUCKETS else 'other'
+    attr = SUBJECT_FIELD if bucket == 'subject' else f'seconds_in_{bucket}'
     setattr(c, attr, getattr(c, attr) + s.sample_interval_seconds)
     if s.gpu_util_pct > GPU_ACTIVE_UTIL_THRESHOLD:
         c.gpu_active_seconds += s.sample_interval_seconds
@@ -133,11 +131,11 @@ def _apply_sample_seed(c: SessionCounters, s: Sample) -> None:
     if s.vram_mb > c.vram_used_peak_mb:
         c.vram_used_peak_mb = s.vram_mb
     elapsed = int((s.ts - c.session_started_at).total_seconds())
-    if "sleap-label" in s.processes_seen and c.seconds_to_first_sleap_label is None:
+    if 'sleap-label' in s.processes_seen and c.seconds_to_first_sleap_label is None:
         c.seconds_to_first_sleap_label = elapsed
-    if "sleap-train" in s.processes_seen and c.seconds_to_first_sleap_train is None:
+    if 'sleap-train' in s.processes_seen and c.seconds_to_first_sleap_train is None:
         c.seconds_to_first_sleap_train = elapsed
-    if "sleap-track" in s.processes_seen and c.seconds_to_first_sleap_track is None:
+    if 'sleap-track' in s.processes_seen and c.seconds_to_first_sleap_track is None:
         c.seconds_to_first_sleap_track = elapsed
     if s.max_labeled_frames is not None and s.max_labeled_frames > c.max_labeled_frames:
         c.max_labeled_frames = s.max_labeled_frames

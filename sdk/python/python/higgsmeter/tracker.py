@@ -255,7 +255,7 @@ def track_state(state: AppState, operation: str | None = None):
                             send = agen.asend
                         except GeneratorExit:
                             raise
-                        except BaseException as exc:  # noqa: BLE001 - thrown in by the consumer
+                        except BaseException as exc:
                             send, value = agen.athrow, exc
                 finally:
                     with state_tracker.scope(state, op):
@@ -290,7 +290,7 @@ def track_state(state: AppState, operation: str | None = None):
                             send = gen.send
                         except GeneratorExit:
                             raise
-                        except BaseException as exc:  # noqa: BLE001 - thrown in by the consumer
+                        except BaseException as exc:
                             send, value = gen.throw, exc
                 finally:
                     with state_tracker.scope(state, op):
