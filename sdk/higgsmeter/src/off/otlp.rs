@@ -17,3 +17,8 @@ pub(crate) fn with_reader(
         reason: "this build has no OTLP exporter: enable higgsmeter's `otlp` feature",
     })
 }
+
+/// Where the OTLP metric push would go, for messages (this build has none).
+pub(crate) fn endpoint_label(s: &OtlpSettings) -> String {
+    s.endpoint.clone().unwrap_or_default()
+}
