@@ -444,45 +444,16 @@ fn activity(
     time: u64,
 ) -> ExportMetricsServiceRequest {
     const STATES: [&str; 7] = ["idle", "io", "cpu", "gpu", "warmup", "startup", "shutdown"];
-    let resource_metrics = sources
-        .map(|n| {
-            let data_points = (0..ops)
-                .flat_map(|op| {
-                    STATES.iter().map(move |state| NumberDataPoint {
-                        attributes: vec![kv("state", state), kv("operation", &format!("op-{op}"))],
-                        start_time_unix_nano: started(),
-                        time_unix_nano: time,
-                        value: Some(number_data_point::Value::AsDouble(value)),
-                        ..Default::default()
-                    })
-                })
-                .collect();
-            ResourceMetrics {
-                resource: Some(Resource {
-                    attributes: vec![
-                        kv("service.name", "ranks"),
-                        kv("service.instance.id", &format!("{prefix}{n}")),
-                    ],
-                    ..Default::default()
-                }),
-                scope_metrics: vec![ScopeMetrics {
-                    metrics: vec![Metric {
-                        name: "worker_activity_time_seconds_total".into(),
-                        unit: "s".into(),
-                        data: Some(Data::Sum(Sum {
-                            data_points,
-                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                            is_monotonic: true,
-                        })),
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }
-        })
+    let points: Vec<(&str, String)> = (0..ops)
+        .flat_map(|op| STATES.iter().map(move |state| (*state, format!("op-{op}"))))
         .collect();
-    ExportMetricsServiceRequest { resource_metrics }
+    let resources = sources.map(|n| {
+        vec![
+            kv("service.name", "ranks"),
+            kv("service.instance.id", &format!("{prefix}{n}")),
+        ]
+    });
+    activity_request(resources, &points, value, time)
 }
 
 const ACTIVITY: &str = "worker_activity_time_seconds_total";
@@ -532,21 +503,13 @@ fn a_runaway_rank_folds_into_its_overflow_and_never_locks_the_others_out() {
         url: format!("{}/v1/metrics", collector.http_url()),
     };
     let runaway = |value: f64, time: u64| {
-        let mut req = activity("runaway", 0..1, 0, value, time);
-        let Some(Data::Sum(sum)) = &mut req.resource_metrics[0].scope_metrics[0].metrics[0].data
-        else {
-            unreachable!("built as a sum")
-        };
-        sum.data_points = (0..60_000)
-            .map(|i| NumberDataPoint {
-                attributes: vec![kv("state", "gpu"), kv("operation", &format!("req-{i:x}"))],
-                start_time_unix_nano: started(),
-                time_unix_nano: time,
-                value: Some(number_data_point::Value::AsDouble(value)),
-                ..Default::default()
-            })
-            .collect();
-        req
+        let points: Vec<(&str, String)> =
+            (0..60_000).map(|i| ("gpu", format!("req-{i:x}"))).collect();
+        let resource = vec![
+            kv("service.name", "ranks"),
+            kv("service.instance.id", "runaway0"),
+        ];
+        activity_request([resource], &points, value, time)
     };
     for (value, time) in [(1.0, 2), (2.5, 3)] {
         let resp = http.proto(&runaway(value, time));

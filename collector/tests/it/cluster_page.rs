@@ -1006,47 +1006,13 @@ fn activity_request(
     value: f64,
 ) -> opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest {
     use crate::support::{kv, started};
-    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-    use opentelemetry_proto::tonic::metrics::v1::{
-        AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
-        metric::Data, number_data_point,
-    };
-    use opentelemetry_proto::tonic::resource::v1::Resource;
-    let data_points = (0..ops)
-        .map(|op| NumberDataPoint {
-            attributes: vec![kv("state", "gpu"), kv("operation", &format!("req-{op}"))],
-            start_time_unix_nano: started(),
-            time_unix_nano: started() + 1,
-            value: Some(number_data_point::Value::AsDouble(value)),
-            ..Default::default()
-        })
-        .collect();
-    ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource {
-                attributes: vec![
-                    kv("service.name", "overflow-page"),
-                    kv("service.instance.id", &format!("r{rank}")),
-                    kv("rank", &rank.to_string()),
-                ],
-                ..Default::default()
-            }),
-            scope_metrics: vec![ScopeMetrics {
-                metrics: vec![Metric {
-                    name: "worker_activity_time_seconds_total".into(),
-                    unit: "s".into(),
-                    data: Some(Data::Sum(Sum {
-                        data_points,
-                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                        is_monotonic: true,
-                    })),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
+    let points: Vec<(&str, String)> = (0..ops).map(|op| ("gpu", format!("req-{op}"))).collect();
+    let resource = vec![
+        kv("service.name", "overflow-page"),
+        kv("service.instance.id", &format!("r{rank}")),
+        kv("rank", &rank.to_string()),
+    ];
+    crate::support::activity_request([resource], &points, value, started() + 1)
 }
 
 /// A source past its series quota is marked on its row and its timeline lane (the

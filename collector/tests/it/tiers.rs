@@ -417,48 +417,13 @@ fn an_agent_pushes_to_two_named_upstreams_and_one_down_holds_up_nothing() {
 /// The activity counter of one source (`service.instance.id` = `instance`) over
 /// `ops` operations of `gpu`, each at `value` (cumulative), as OTLP/HTTP protobuf.
 fn activity_body(instance: &str, ops: u32, value: f64) -> Vec<u8> {
-    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
-    use opentelemetry_proto::tonic::metrics::v1::{
-        AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
-        metric::Data, number_data_point,
-    };
-    use opentelemetry_proto::tonic::resource::v1::Resource;
     use prost::Message as _;
-    let data_points = (0..ops)
-        .map(|op| NumberDataPoint {
-            attributes: vec![kv("state", "gpu"), kv("operation", &format!("req-{op}"))],
-            start_time_unix_nano: started(),
-            time_unix_nano: started() + (value * 1e6) as u64,
-            value: Some(number_data_point::Value::AsDouble(value)),
-            ..Default::default()
-        })
-        .collect();
-    ExportMetricsServiceRequest {
-        resource_metrics: vec![ResourceMetrics {
-            resource: Some(Resource {
-                attributes: vec![
-                    kv("service.name", "tiers-overflow"),
-                    kv("service.instance.id", instance),
-                ],
-                ..Default::default()
-            }),
-            scope_metrics: vec![ScopeMetrics {
-                metrics: vec![Metric {
-                    name: ACTIVITY.into(),
-                    unit: "s".into(),
-                    data: Some(Data::Sum(Sum {
-                        data_points,
-                        aggregation_temporality: AggregationTemporality::Cumulative as i32,
-                        is_monotonic: true,
-                    })),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        }],
-    }
-    .encode_to_vec()
+    let points: Vec<(&str, String)> = (0..ops).map(|op| ("gpu", format!("req-{op}"))).collect();
+    let resource = vec![
+        kv("service.name", "tiers-overflow"),
+        kv("service.instance.id", instance),
+    ];
+    activity_request([resource], &points, value, started() + (value * 1e6) as u64).encode_to_vec()
 }
 
 /// Overflow across tiers: an agent (quota 4 series a metric) forwards its sources to a

@@ -533,3 +533,56 @@ pub(crate) fn kv(k: &str, v: &str) -> opentelemetry_proto::tonic::common::v1::Ke
         ..Default::default()
     }
 }
+
+/// The activity counter (`worker_activity_time_seconds_total`, cumulative, started when
+/// the test began) as an SDK sends it: one `ResourceMetrics` per resource in `resources`,
+/// each with a point per `(state, operation)` of `points`, all at `value` and `time`.
+pub(crate) fn activity_request(
+    resources: impl IntoIterator<Item = Vec<opentelemetry_proto::tonic::common::v1::KeyValue>>,
+    points: &[(&str, String)],
+    value: f64,
+    time: u64,
+) -> opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest {
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::metrics::v1::{
+        AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+        metric::Data, number_data_point,
+    };
+    use opentelemetry_proto::tonic::resource::v1::Resource;
+    let resource_metrics = resources
+        .into_iter()
+        .map(|attributes| {
+            let data_points = points
+                .iter()
+                .map(|(state, operation)| NumberDataPoint {
+                    attributes: vec![kv("state", state), kv("operation", operation)],
+                    start_time_unix_nano: started(),
+                    time_unix_nano: time,
+                    value: Some(number_data_point::Value::AsDouble(value)),
+                    ..Default::default()
+                })
+                .collect();
+            ResourceMetrics {
+                resource: Some(Resource {
+                    attributes,
+                    ..Default::default()
+                }),
+                scope_metrics: vec![ScopeMetrics {
+                    metrics: vec![Metric {
+                        name: higgsmeter_catalog::WORKER_ACTIVITY_TIME.name.into(),
+                        unit: "s".into(),
+                        data: Some(Data::Sum(Sum {
+                            data_points,
+                            aggregation_temporality: AggregationTemporality::Cumulative as i32,
+                            is_monotonic: true,
+                        })),
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }
+        })
+        .collect();
+    ExportMetricsServiceRequest { resource_metrics }
+}
