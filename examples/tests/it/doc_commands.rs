@@ -18,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use higgsmeter_collector::{Collector, Config, Overrides, RunningCollector, View};
+use higgsmeter_collector::View;
+
+use crate::support::TestCollector;
 
 /// The longest any one command may run.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -172,57 +174,6 @@ fn doc_commands() -> Vec<DocCommand> {
     rust_doc_commands("examples/src/bin/demo/main.rs", &mut out);
     python_doc_commands("examples/python/worker.py", &mut out);
     out
-}
-
-/// A collector on free ports, for the commands that push to one.
-struct TestCollector {
-    rt: tokio::runtime::Runtime,
-    running: Option<RunningCollector>,
-}
-
-impl TestCollector {
-    fn start() -> TestCollector {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        let mut config = Config::default();
-        config.apply(&Overrides {
-            grpc: Some("127.0.0.1:0".into()),
-            http: Some("127.0.0.1:0".into()),
-            prometheus: Some("127.0.0.1:0".into()),
-            storage: Some("none".into()),
-            ..Default::default()
-        });
-        let running = rt
-            .block_on(Collector::start(config.plan().unwrap()))
-            .unwrap();
-        TestCollector {
-            rt,
-            running: Some(running),
-        }
-    }
-
-    fn running(&self) -> &RunningCollector {
-        self.running.as_ref().unwrap()
-    }
-
-    /// `value` with the default OTLP ports replaced by this collector's.
-    fn redirect(&self, value: &str) -> String {
-        let a = self.running().addresses();
-        value
-            .replace("127.0.0.1:4317", &a.grpc.unwrap().to_string())
-            .replace("127.0.0.1:4318", &a.http.unwrap().to_string())
-    }
-}
-
-impl Drop for TestCollector {
-    fn drop(&mut self) {
-        if let Some(running) = self.running.take() {
-            self.rt.block_on(running.shutdown());
-        }
-    }
 }
 
 /// What running a command takes: its environment assignments, the program and args.

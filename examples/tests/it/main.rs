@@ -3,3 +3,4 @@
 
 mod doc_commands;
 mod run;
+mod support;

@@ -55,23 +55,9 @@ fn lifecycle_worker_runs_and_accounts_its_whole_life() {
 /// collector, under its rank.
 #[test]
 fn lifecycle_worker_rank_1_reaches_the_collector() {
-    use higgsmeter_collector::{Collector, Config, Overrides, View};
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut config = Config::default();
-    config.apply(&Overrides {
-        grpc: Some("127.0.0.1:0".into()),
-        http: Some("127.0.0.1:0".into()),
-        prometheus: Some("127.0.0.1:0".into()),
-        storage: Some("none".into()),
-        ..Default::default()
-    });
-    let running = rt
-        .block_on(Collector::start(config.plan().unwrap()))
-        .unwrap();
+    use higgsmeter_collector::View;
+    let collector = crate::support::TestCollector::start();
+    let running = collector.running();
     let grpc = running.addresses().grpc.unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_lifecycle-worker"))
         .args(["--jobs", "5"])
@@ -97,7 +83,7 @@ fn lifecycle_worker_rank_1_reaches_the_collector() {
         .unwrap_or_else(|| panic!("no rank 1 gpu time in the collector:\n{sources}"));
     let gpu: f64 = gpu_line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(gpu >= 0.040, "5 jobs × 8 ms of inference: {gpu_line}");
-    assert!(rt.block_on(running.shutdown()));
+    assert!(collector.shutdown());
 }
 
 /// The README's first command, shortened: the collector with a demo cluster of two
