@@ -31,8 +31,16 @@ struct Timeline {
     base: Key,
     /// Open scopes, oldest first; the last one is current.
     frames: Vec<Frame>,
-    /// Clock reading when time was last committed.
+    /// Clock reading when time was last committed (while stopped: when it stopped).
     since: u64,
+    /// Clock reading where counting starts: creation, or [`Tracker::begin`].
+    origin: u64,
+    /// Untracked nanoseconds since `origin`: the intervals between a
+    /// [`finalize`](Tracker::finalize) and the next transition.
+    untracked: u64,
+    /// Whether [`finalize`](Tracker::finalize) stopped the clock (until the next
+    /// transition resumes it).
+    stopped: bool,
     /// Committed nanoseconds, indexed by operation id, then by state.
     totals: Vec<[u64; 7]>,
     /// Which states each operation has been in (bit per state), so a series exists
@@ -45,10 +53,17 @@ impl Timeline {
         self.frames.last().map_or(self.base, |f| f.key)
     }
 
-    /// Adds the time since the last commit to the current key and marks it seen.
+    /// Adds the time since the last commit to the current key and marks it seen. After
+    /// a [`finalize`](Tracker::finalize) it resumes the clock instead: the time since
+    /// the stop is nobody's.
     fn commit(&mut self, now: u64) {
         let key = self.current();
-        let elapsed = now.saturating_sub(self.since);
+        let mut elapsed = now.saturating_sub(self.since);
+        if self.stopped {
+            self.stopped = false;
+            self.untracked += elapsed;
+            elapsed = 0;
+        }
         self.since = self.since.max(now);
         let idx = key.op.index();
         if idx >= self.totals.len() {
@@ -74,8 +89,6 @@ struct Inner {
     id: u64,
     enabled: AtomicBool,
     clock: Clock,
-    /// Clock reading where counting starts: creation, or [`Tracker::begin`].
-    origin: AtomicU64,
     /// Whether [`Tracker::begin`] has run.
     begun: AtomicBool,
     /// Mirror of the current state's code, for lock-free readers (gauges, samplers).
@@ -100,7 +113,8 @@ struct Inner {
 /// sum to the time elapsed since counting started: when the tracker was made, or, for
 /// one that `init()` sets up (or [`enable_tracker`] enables), at that moment
 /// ([`begin`](Tracker::begin)): as in the seed, nothing before tracking is enabled is
-/// counted.
+/// counted. [`finalize`](Tracker::finalize) ends the timeline: nothing after it is
+/// counted either (until a later transition resumes it).
 ///
 /// Cloning is cheap and clones share the timeline. The process-wide tracker is
 /// [`state_tracker()`]; make your own for tests or for several timelines in one process,
@@ -135,6 +149,9 @@ impl Tracker {
             base,
             frames: Vec::with_capacity(16),
             since: origin,
+            origin,
+            untracked: 0,
+            stopped: false,
             totals: Vec::with_capacity(16),
             seen: Vec::with_capacity(16),
         };
@@ -144,7 +161,6 @@ impl Tracker {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                 enabled: AtomicBool::new(true),
                 clock,
-                origin: AtomicU64::new(origin),
                 begun: AtomicBool::new(false),
                 current_code: AtomicU8::new(AppState::Startup.code()),
                 open_frames: AtomicUsize::new(0),
@@ -172,7 +188,9 @@ impl Tracker {
             *row = [0; 7];
         }
         t.since = now;
-        self.inner.origin.store(now, Ordering::Relaxed);
+        t.origin = now;
+        t.untracked = 0;
+        t.stopped = false;
     }
 
     /// This tracker's identity, carried by its state spans so a layer accounts only its own.
@@ -308,10 +326,17 @@ impl Tracker {
         (key.state, intern::name(key.op))
     }
 
-    /// Commits the time spent so far. The Python tracker's `finalize()`: call it once the
-    /// worker is done (typically after `set_state(AppState::Shutdown, "")`); exports
-    /// already include live time, and the [`Telemetry`](crate::Telemetry) guard flushes
-    /// the final totals when it drops.
+    /// Ends the timeline here: commits the time spent so far and stops the clock. The
+    /// Python tracker's `finalize()`: call it once the worker is done (typically after
+    /// `set_state(AppState::Shutdown, "")`).
+    ///
+    /// From then on every snapshot, scrape and export, the last one at exit (the
+    /// [`Telemetry`](crate::Telemetry) guard's drop, Python's `atexit`) included, shows
+    /// exactly the time from the start of counting to this call, as the seed's counter
+    /// did: the time between `finalize` and the process's exit is not claimed. Calling
+    /// it again changes nothing. A transition after it (a `set_state`, a scope opening
+    /// or closing) resumes the clock from that moment; the interval in between stays
+    /// uncounted, and [`Snapshot::elapsed`] leaves it out too.
     pub fn finalize(&self) {
         if !self.is_enabled() {
             return;
@@ -319,6 +344,7 @@ impl Tracker {
         let mut t = self.lock();
         let now = self.inner.clock.now_nanos();
         t.commit(now);
+        t.stopped = true;
     }
 
     /// Every (state, operation) with its time so far, the current state's live part included.
@@ -327,6 +353,8 @@ impl Tracker {
         let t = self.lock();
         let now = self.inner.clock.now_nanos();
         let current = t.current();
+        // Stopped: nothing live, and the clock reads as it did at the stop.
+        let now = if t.stopped { t.since } else { now };
         let live = now.saturating_sub(t.since);
         let mut entries = Vec::new();
         for (idx, (row, seen)) in t.totals.iter().zip(&t.seen).enumerate() {
@@ -353,7 +381,7 @@ impl Tracker {
         Snapshot {
             entries,
             current: (current.state, intern::name(current.op)),
-            elapsed_nanos: now.saturating_sub(self.inner.origin.load(Ordering::Relaxed)),
+            elapsed_nanos: now.saturating_sub(t.origin).saturating_sub(t.untracked),
         }
     }
 
@@ -589,7 +617,8 @@ impl Snapshot {
     }
 
     /// Wall-clock time since counting started (the tracker was made, or
-    /// [`Tracker::begin`]), at the snapshot's instant.
+    /// [`Tracker::begin`]), at the snapshot's instant, less the time the clock stood
+    /// still after a [`Tracker::finalize`].
     pub fn elapsed(&self) -> Duration {
         Duration::from_nanos(self.elapsed_nanos)
     }
@@ -648,5 +677,36 @@ mod begin_tests {
         t.begin();
         clock.advance(Duration::from_millis(50));
         assert_eq!(t.snapshot().sum(), Duration::from_millis(200));
+    }
+
+    /// `finalize` stops the clock: later snapshots show the totals at the stop; a second
+    /// call changes nothing; the next transition resumes counting from its own moment.
+    #[test]
+    fn finalize_stops_the_clock_until_the_next_transition() {
+        let clock = ManualClock::new();
+        let t = Tracker::with_clock(clock.clone());
+        t.begin();
+        t.set_state(AppState::Gpu, "step");
+        clock.advance(Duration::from_millis(300));
+        t.set_state(AppState::Shutdown, "");
+        clock.advance(Duration::from_millis(20));
+        t.finalize();
+        clock.advance(Duration::from_secs(5));
+        t.finalize();
+        let s = t.snapshot();
+        assert_eq!(s.sum(), Duration::from_millis(320));
+        assert_eq!(s.elapsed(), Duration::from_millis(320));
+        assert_eq!(s.total(AppState::Shutdown), Duration::from_millis(20));
+        assert_eq!(s.current(), (AppState::Shutdown, ""));
+
+        // A transition resumes: the 5 s (and the 1 s before it) are nobody's.
+        clock.advance(Duration::from_secs(1));
+        t.set_state(AppState::Io, "late");
+        clock.advance(Duration::from_millis(40));
+        let s = t.snapshot();
+        assert_eq!(s.sum(), Duration::from_millis(360));
+        assert_eq!(s.elapsed(), Duration::from_millis(360));
+        assert_eq!(s.total(AppState::Shutdown), Duration::from_millis(20));
+        assert_eq!(s.get(AppState::Io, "late"), Some(Duration::from_millis(40)));
     }
 }

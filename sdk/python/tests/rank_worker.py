@@ -11,16 +11,14 @@ Modes:
 ``enable_tracker(rank=N)`` instead. Runs about 1-1.5 s of states and scopes (operations
 shared by every rank and operations of its own), ends in ``AppState.SHUTDOWN``, calls
 ``state_tracker.finalize()``, prints its ``snapshot()`` and exits: the final export is
-the one ``atexit`` makes, after the snapshot, so the only (state, operation) that can
-grow past the printed totals is the current one, ``("shutdown", "")``.
+the one ``atexit`` makes, after the snapshot, and carries exactly the printed totals
+(``finalize()`` stopped the clock).
 
 ``seed``: ``enable_tracker(rank=--rank-arg or 1)``, then one ``gpu``/``seed_probe``
 scope; prints whether the tracker is enabled and the snapshot.
 
 The JSON line: ``rank``, ``enabled``, ``pipeline`` (what ``_core.init`` returned, or
-null), ``entries`` ([state, operation, seconds]), ``current_code``, ``elapsed``,
-``snapshot_monotonic`` (``time.monotonic()`` read just before the snapshot; the clock is
-system-wide, so the test can bound what the worker tracked after it), ``pid``.
+null), ``entries`` ([state, operation, seconds]), ``current_code``, ``elapsed``, ``pid``.
 """
 
 from __future__ import annotations
@@ -71,7 +69,6 @@ def scenario(rank: int) -> None:
 
 def report(rank, extra=None) -> None:
     pipeline = state_tracker.pipeline
-    mono = time.monotonic()
     entries, current_code, elapsed = state_tracker.snapshot()
     out = {
         'rank': rank,
@@ -81,7 +78,6 @@ def report(rank, extra=None) -> None:
         'entries': [[str(s), str(op), float(secs)] for s, op, secs in entries],
         'current_code': int(current_code),
         'elapsed': float(elapsed),
-        'snapshot_monotonic': mono,
     }
     if extra:
         out.update(extra)

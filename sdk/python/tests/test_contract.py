@@ -346,11 +346,13 @@ def test_the_rust_prometheus_endpoint(run_python):
     assert [v for (name, _), v in values.items() if name == 'worker_current_state'] == [3]
 
 
-def test_counting_starts_at_enable_tracker_not_at_import():
-    """The seed's clock origin, in a fresh interpreter: import, sleep, enable, work,
-    read. Nothing before enable_tracker is claimed in any state: the activity seconds
-    sum to the snapshot's elapsed time, which is the time since enable_tracker (under
-    the time from before the sleep to the read, and less the sleep)."""
+def test_counting_starts_at_enable_tracker_and_ends_at_finalize():
+    """The seed's clock origin and end, in a fresh interpreter: import, sleep, enable,
+    work, finalize, sleep, read. Nothing before enable_tracker or after finalize is
+    claimed in any state: the activity seconds sum to the interval between the two
+    calls, bounded from outside by clock reads just before and just after each (so no
+    tolerance is needed), and a read half a second after finalize shows the very same
+    totals."""
     import subprocess
     import sys
 
@@ -360,14 +362,22 @@ def test_counting_starts_at_enable_tracker_not_at_import():
         'import higgsmeter\n'
         'from higgsmeter import AppState, enable_tracker, state_tracker\n'
         'time.sleep(0.5)\n'
-        't1 = time.monotonic()\n'
+        'a0 = time.monotonic()\n'
         'enable_tracker(0)\n'
+        'a1 = time.monotonic()\n'
         'with state_tracker.scope(AppState.GPU, "work"):\n'
         '    time.sleep(0.15)\n'
-        'entries, _code, elapsed = state_tracker.snapshot()\n'
-        't2 = time.monotonic()\n'
-        'print(json.dumps({"sum": sum(s for _, _, s in entries), "elapsed": elapsed,\n'
-        '                  "tracked": t2 - t1, "since_import": t2 - t0}))\n'
+        'state_tracker.set_state(AppState.SHUTDOWN)\n'
+        'b0 = time.monotonic()\n'
+        'state_tracker.finalize()\n'
+        'b1 = time.monotonic()\n'
+        'at_finalize = state_tracker.snapshot()\n'
+        'time.sleep(0.5)\n'
+        'later = state_tracker.snapshot()\n'
+        'print(json.dumps({"sum": sum(s for _, _, s in at_finalize[0]),\n'
+        '                  "elapsed": at_finalize[2], "at_finalize": at_finalize[0],\n'
+        '                  "later": later[0], "later_elapsed": later[2],\n'
+        '                  "shortest": b0 - a1, "longest": b1 - a0}))\n'
     )
     env = {k: v for k, v in __import__('os').environ.items() if not k.startswith('OTEL_')}
     env['OTEL_SDK_DISABLED'] = 'true'
@@ -382,7 +392,22 @@ def test_counting_starts_at_enable_tracker_not_at_import():
     assert out.returncode == 0, out.stderr
     r = __import__('json').loads(out.stdout.strip().splitlines()[-1])
     assert abs(r['sum'] - r['elapsed']) < SUM_TOLERANCE, r
-    # Counted from enable_tracker: no more than the tracked interval, so never the
-    # half second slept between the import and enable_tracker.
-    assert r['elapsed'] <= r['tracked'], r
-    assert r['since_import'] - r['elapsed'] >= 0.5, r
+    # Between enable_tracker and finalize: never the half second before, or after.
+    assert r['shortest'] - SUM_TOLERANCE <= r['sum'] <= r['longest'] + SUM_TOLERANCE, r
+    assert r['later'] == r['at_finalize'], r
+    assert r['later_elapsed'] == r['elapsed'], r
+
+
+def test_a_transition_after_finalize_resumes_the_clock():
+    state_tracker.set_state(AppState.SHUTDOWN, 'final')
+    state_tracker.finalize()
+    frozen = totals(state_tracker.snapshot()[0])
+    time.sleep(0.05)
+    assert totals(state_tracker.snapshot()[0]) == frozen
+    state_tracker.set_state(AppState.IO, 'after_finalize')
+    time.sleep(0.02)
+    entries, _, elapsed = state_tracker.snapshot()
+    now = totals(entries)
+    assert now[('shutdown', 'final')] == frozen[('shutdown', 'final')]
+    assert now[('io', 'after_finalize')] >= 0.02
+    assert abs(sum(now.values()) - elapsed) < SUM_TOLERANCE

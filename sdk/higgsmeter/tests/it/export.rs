@@ -105,6 +105,43 @@ fn exports_taken_mid_state_show_live_time_and_never_decrease() {
     drop(telemetry);
 }
 
+/// `finalize()` ends the timeline: an export long after it, and the last one (the guard's
+/// drop), carry exactly the totals at `finalize()`.
+#[test]
+fn exports_after_finalize_show_the_totals_at_finalize() {
+    let (tracker, clock, dispatch) = manual();
+    let exporter = InMemoryMetricExporter::default();
+    let telemetry = crate::support::with_memory_exporter(&tracker, exporter.clone())
+        .init()
+        .unwrap();
+    tracing::dispatcher::with_default(&dispatch, || {
+        {
+            let _gpu = tracker.scope(AppState::Gpu, "train_step");
+            clock.advance(ms(700));
+        }
+        tracker.set_state(AppState::Shutdown, "");
+        clock.advance(ms(100));
+        tracker.finalize();
+        clock.advance(ms(10_000)); // the process lingers after finalize
+    });
+    let want = vec![
+        ("gpu".to_string(), "train_step".to_string(), 0.7),
+        ("shutdown".to_string(), String::new(), 0.1),
+        ("startup".to_string(), String::new(), 0.0),
+    ];
+    telemetry.force_flush();
+    let exported = exporter.get_finished_metrics().unwrap();
+    assert_eq!(activity(exported.last().unwrap()), want, "a scrape after finalize");
+    drop(telemetry);
+    let exported = exporter.get_finished_metrics().unwrap();
+    assert!(exported.len() >= 2, "the guard's drop exported once more");
+    assert_eq!(activity(exported.last().unwrap()), want, "the last export");
+    assert_eq!(
+        current_state(exported.last().unwrap()),
+        Some(i64::from(AppState::Shutdown.code()))
+    );
+}
+
 #[test]
 fn delta_temporality_exports_increments_that_add_up() {
     let (tracker, clock, dispatch) = manual();

@@ -12,8 +12,12 @@ What changed against higgsmeter 0.1.1 (the state contract of the Rust SDK):
 - time is read live: a scrape or export includes the time so far in the current state,
   and the activity seconds always sum to the wall time since ``enable_tracker``
   (counting starts there);
-- ``finalize()`` twice counts nothing twice; ``enable_tracker`` again keeps the open
-  interval (the seed replaced the tracker and dropped it);
+- ``finalize()`` ends the timeline: it commits the time so far and stops the clock, so
+  every later scrape and export, the last one at exit included, shows exactly the time
+  from ``enable_tracker`` to ``finalize()`` (as the seed's counter did); twice counts
+  nothing twice; a ``set_state`` or scope after it resumes the clock from that moment;
+- ``enable_tracker`` again keeps the open interval (the seed replaced the tracker and
+  dropped it);
 - nothing is claimed before ``enable_tracker`` or on a rank that does not track (the
   seed's ``worker_current_state`` said 0, "idle");
 - with an OTLP endpoint configured (``OTEL_EXPORTER_OTLP_ENDPOINT``), every rank tracks
@@ -183,8 +187,10 @@ class _GlobalTracker:
         return self._tracker.scope(state, operation)
 
     def finalize(self, timeout: float = 5.0) -> None:
-        """Commits the time so far and, if a pipeline runs, exports now (waiting at most
-        ``timeout`` seconds; never raises)."""
+        """Ends the timeline: commits the time so far and stops the clock (later scrapes
+        and exports, the last one at exit included, show the time up to this call),
+        then, if a pipeline runs, exports now (waiting at most ``timeout`` seconds;
+        never raises). A later ``set_state`` or scope resumes the clock."""
         self._tracker.finalize()
         if self.pipeline is not None:
             _core.flush(timeout)
