@@ -44,6 +44,10 @@ const NOT_RUN: &[(&str, &str)] = &[
         "`./my-worker` is the reader's own program and `tempo` their trace backend",
     ),
     (
+        "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318 torchrun --nproc-per-node 3 examples/python/ddp_train.py",
+        "needs PyTorch, which the test command does not install (gigabytes); the next command, its stand-in without PyTorch, is run",
+    ),
+    (
         "cargo run --release -p higgsmeter-session -- run --push-url http://allocator:8000/sessions/42/counters --training-log models/run1/training_log.csv",
         "runs until SIGTERM and pushes to the lab's allocator (sdk/session/tests/it/run.rs runs it against a local one)",
     ),
@@ -170,9 +174,12 @@ fn doc_commands() -> Vec<DocCommand> {
     markdown_commands("README.md", &mut out);
     markdown_commands("docs/testing.md", &mut out);
     markdown_commands("docs/guide.md", &mut out);
+    markdown_commands("docs/python-guide.md", &mut out);
     rust_doc_commands("examples/src/bin/lifecycle_worker.rs", &mut out);
     rust_doc_commands("examples/src/bin/demo/main.rs", &mut out);
-    python_doc_commands("examples/python/worker.py", &mut out);
+    for example in ["worker", "ddp_train", "serving_engine", "lab_session"] {
+        python_doc_commands(&format!("examples/python/{example}.py"), &mut out);
+    }
     out
 }
 

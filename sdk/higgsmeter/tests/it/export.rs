@@ -131,7 +131,11 @@ fn exports_after_finalize_show_the_totals_at_finalize() {
     ];
     telemetry.force_flush();
     let exported = exporter.get_finished_metrics().unwrap();
-    assert_eq!(activity(exported.last().unwrap()), want, "a scrape after finalize");
+    assert_eq!(
+        activity(exported.last().unwrap()),
+        want,
+        "a scrape after finalize"
+    );
     drop(telemetry);
     let exported = exporter.get_finished_metrics().unwrap();
     assert!(exported.len() >= 2, "the guard's drop exported once more");
