@@ -5,8 +5,10 @@
 use std::collections::HashMap;
 
 use opentelemetry_otlp::tonic_types::metadata::MetadataMap;
-use opentelemetry_otlp::{MetricExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
-use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader};
+use opentelemetry_otlp::{
+    MetricExporter, RetryPolicy, WithExportConfig, WithHttpConfig, WithTonicConfig,
+};
+use opentelemetry_sdk::metrics::{MeterProviderBuilder, PeriodicReader, Temporality};
 
 use crate::error::Error;
 use crate::settings::{OtlpSettings, Protocol};
@@ -70,9 +72,12 @@ fn reader(s: &OtlpSettings) -> Result<PeriodicReader<report::Reported>, Error> {
             s.endpoint.clone().unwrap_or_default(),
         )
     };
+    let retry = retry_policy(s.temporality);
     let exporter = match s.protocol {
         Protocol::Grpc => {
-            let mut b = MetricExporter::builder().with_tonic();
+            let mut b = MetricExporter::builder()
+                .with_tonic()
+                .with_retry_policy(retry);
             if let Some(e) = &s.endpoint {
                 b = b.with_endpoint(e.clone());
             }
@@ -90,7 +95,8 @@ fn reader(s: &OtlpSettings) -> Result<PeriodicReader<report::Reported>, Error> {
         Protocol::HttpProtobuf => {
             let mut b = MetricExporter::builder()
                 .with_http()
-                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
+                .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+                .with_retry_policy(retry);
             if let Some(e) = &s.endpoint {
                 b = b.with_endpoint(e.clone());
             }
@@ -114,6 +120,18 @@ fn reader(s: &OtlpSettings) -> Result<PeriodicReader<report::Reported>, Error> {
     Ok(PeriodicReader::builder(exporter)
         .with_interval(s.interval)
         .build())
+}
+
+/// How often one export is retried. A cumulative export carries every total so far, so
+/// the next periodic export makes up for a failed one: one quick retry for a blip, not
+/// the recommended three, which held a worker's exit (a flush, then the final export)
+/// for 2.5 s when nothing listened. A delta export's increments are lost with it: those
+/// keep the recommended policy.
+fn retry_policy(temporality: Option<Temporality>) -> RetryPolicy {
+    match temporality {
+        None | Some(Temporality::Cumulative) => RetryPolicy::recommended().with_max_retries(1),
+        Some(_) => RetryPolicy::recommended(),
+    }
 }
 
 /// Where the OTLP metric push goes, for messages.
