@@ -1,6 +1,8 @@
 //! The collector's own families (its health and throughput) and the families it derives.
 
-use crate::{Family, Fleet, Kind};
+use crate::{
+    Family, Fleet, JOB_BADPUT, JOB_DISRUPTIONS, JOB_GOODPUT, JOB_GOODPUT_RATIO, JOB_TIME, Kind,
+};
 
 /// `worker_sources_in_state` (gauge): live sources whose `worker_current_state` is in
 /// each state.
@@ -278,4 +280,9 @@ pub const COLLECTOR_FAMILIES: &[Family] = &[
     COLLECTOR_TLS_HANDSHAKES_FAILED,
     COLLECTOR_SPANS_RECEIVED,
     COLLECTOR_SPANS_EXPORTED,
+    JOB_TIME,
+    JOB_GOODPUT,
+    JOB_BADPUT,
+    JOB_GOODPUT_RATIO,
+    JOB_DISRUPTIONS,
 ];

@@ -45,6 +45,7 @@ mod activity;
 mod collector;
 mod engine;
 mod gpu;
+mod job;
 mod session;
 mod state;
 
@@ -52,6 +53,7 @@ pub use activity::*;
 pub use collector::*;
 pub use engine::*;
 pub use gpu::*;
+pub use job::*;
 pub use session::*;
 pub use state::*;
 
@@ -149,6 +151,7 @@ pub const ALL_FAMILY_GROUPS: &[&[Family]] = &[
     STATUS_FAMILIES,
     GPU_FAMILIES,
     SESSION_FAMILIES,
+    JOB_FAMILIES,
     COLLECTOR_FAMILIES,
 ];
 
