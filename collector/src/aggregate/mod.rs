@@ -29,6 +29,7 @@ use crate::views::{
     self,
     cluster::{ClusterReading, CollectorClock},
     exposition::{self, Format},
+    jobs::{JobLedger, JobSummary},
     rows::{OtlpRows, Rows},
 };
 
@@ -125,6 +126,9 @@ pub struct Aggregator {
     /// checkpoints of a steady state neither allocate nor move the RSS (at 500,000
     /// series a fresh copy was 50 MB allocated and freed every interval).
     spare_copy: Arc<Mutex<Option<store::StoreCopy>>>,
+    /// Every job's incarnations (`views::jobs`), read from the store every sweep and
+    /// checkpointed with it.
+    jobs: Mutex<JobLedger>,
 }
 
 /// The monotonic clock's value at this process's start: ages of restored state are
@@ -188,6 +192,7 @@ impl Aggregator {
             instance_id: instance_id(),
             closed: AtomicBool::new(false),
             spare_copy: Arc::default(),
+            jobs: Mutex::default(),
         }
     }
 
@@ -210,6 +215,8 @@ impl Aggregator {
         store.set_baseline_before(state.origin_unix_nanos);
         let elapsed = started.saturating_sub(state.written_unix_nanos);
         let count = store.restore(state, CLOCK_BASE, elapsed)?;
+        let jobs = JobLedger::from_json(&state.jobs_json)
+            .map_err(|e| CheckpointError::Decode(format!("the job ledger: {e}")))?;
         Ok((
             Aggregator {
                 store: RwLock::new(store),
@@ -221,6 +228,7 @@ impl Aggregator {
                 instance_id: state.instance_id.clone(),
                 closed: AtomicBool::new(false),
                 spare_copy: Arc::default(),
+                jobs: Mutex::new(jobs),
             },
             count,
         ))
@@ -244,6 +252,7 @@ impl Aggregator {
             .take()
             .unwrap_or_else(store::StoreCopy::empty);
         self.write().checkpoint_into(now, &mut copy);
+        copy.set_jobs_json(self.jobs().to_json());
         StateSnapshot {
             copy,
             spare: self.spare_copy.clone(),
@@ -360,13 +369,38 @@ impl Aggregator {
     pub(crate) fn sweep(&self) {
         let now = self.now();
         self.write().sweep(now);
+        drop(self.update_jobs());
+    }
+
+    /// Reads the job sources into the job ledger.
+    fn update_jobs(&self) -> std::sync::MutexGuard<'_, JobLedger> {
+        let now = self.now();
+        let readings = store::job_read(&self.read(), now);
+        let mut jobs = self.jobs();
+        jobs.update(&readings);
+        jobs
+    }
+
+    fn jobs(&self) -> std::sync::MutexGuard<'_, JobLedger> {
+        self.jobs.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Every job's goodput and badput (the job view, `/api/jobs`), as of now.
+    pub(crate) fn job_view(&self) -> Vec<JobSummary> {
+        self.update_jobs().view()
     }
 
     /// The rows of a view, read under the lock; encoders format them after it.
     pub(crate) fn rows(&self, view: View) -> Rows {
+        let jobs = match view {
+            View::Fleet => self.job_view(),
+            View::Sources => Vec::new(),
+        };
         let now = self.now();
         let store = self.read();
-        store::rows(&store, view, now, &self.stats)
+        let mut rows = store::rows(&store, view, now, &self.stats);
+        store::job_rows(&store, &jobs, &mut rows);
+        rows
     }
 
     /// The OTLP push's rows, read under the lock; `views::otlp` builds the request

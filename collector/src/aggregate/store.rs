@@ -14,11 +14,13 @@ use super::config::{AggregateConfig, GaugeAggregation};
 use super::naming::{prometheus_name, render_labels, sanitize_label_name};
 use super::wire::{Kv, MetricRef};
 use super::{MetricKind, RefusalReason};
+pub(crate) use jobs::{job_read, job_rows};
 pub(crate) use read::{RenderCache, cluster_read, otlp_rows, rows};
 
 mod accumulate;
 mod checkpoint;
 mod index;
+mod jobs;
 mod labels;
 mod limits;
 mod overflow;

@@ -1,8 +1,9 @@
 //! The cluster view on the Prometheus endpoint's port: `GET /` serves a self-contained
 //! page (HTML, inline CSS and JS, compiled into the binary) that redraws every second
 //! from `GET /api/cluster`, the JSON of every source's state, time shares, GPU
-//! utilisation and staleness (see `cluster_json`), and `GET /api/cluster/timeline`,
-//! every source's states over the last `window` seconds (see `cluster_timeline`).
+//! utilisation and staleness (see `cluster_json`), `GET /api/cluster/timeline`,
+//! every source's states over the last `window` seconds (see `cluster_timeline`), and
+//! `GET /api/jobs`, every training job's goodput and badput (see `views::jobs`).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::aggregate::Aggregator;
 use crate::views::cluster_json::{ClusterHistory, cluster_json};
 use crate::views::cluster_timeline::{Timeline, timeline_json, window_from_query};
+use crate::views::jobs::jobs_json;
 
 /// The page, embedded at build time.
 const PAGE: &str = include_str!("../../assets/cluster.html");
@@ -96,6 +98,23 @@ async fn api(State(view): State<Arc<ClusterView>>) -> Response {
         .into_response()
 }
 
+/// `GET /api/jobs`: every job's goodput, badput by cause, ranks and incarnations
+/// (`views::jobs`).
+async fn jobs(State(view): State<Arc<ClusterView>>) -> Response {
+    let doc = jobs_json(&view.aggregator.job_view());
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        ],
+        doc.to_string(),
+    )
+        .into_response()
+}
+
 async fn timeline(State(view): State<Arc<ClusterView>>, uri: Uri) -> Response {
     let window_s = window_from_query(uri.query());
     (
@@ -111,7 +130,7 @@ async fn timeline(State(view): State<Arc<ClusterView>>, uri: Uri) -> Response {
         .into_response()
 }
 
-/// The routes `GET /`, `GET /api/cluster` and `GET /api/cluster/timeline`, for merging into the Prometheus
+/// The routes `GET /`, `GET /api/cluster`, `GET /api/cluster/timeline` and `GET /api/jobs`, for merging into the Prometheus
 /// endpoint's router; also starts sampling every live source once a second (so the
 /// last minute is known before anyone opens the page) until `cancel`.
 pub(crate) fn routes<S>(aggregator: Arc<Aggregator>, cancel: CancellationToken) -> Router<S>
@@ -138,5 +157,6 @@ where
         .route("/", get(page))
         .route("/api/cluster", get(api))
         .route("/api/cluster/timeline", get(timeline))
+        .route("/api/jobs", get(jobs))
         .with_state(view)
 }

@@ -15,6 +15,7 @@ pub(crate) mod cluster_json;
 pub(crate) mod cluster_timeline;
 pub(crate) mod exposition;
 pub(crate) mod format;
+pub(crate) mod jobs;
 pub(crate) mod otlp;
 pub(crate) mod rows;
 

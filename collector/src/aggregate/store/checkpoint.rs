@@ -87,6 +87,9 @@ pub(crate) struct StateFile {
     series: Vec<SeriesState>,
     #[prost(message, repeated, tag = "8")]
     folded: Vec<FoldedState>,
+    /// The job ledger (`views::jobs::JobLedger`) as JSON; empty when no job is known.
+    #[prost(string, tag = "9")]
+    pub(crate) jobs_json: String,
 }
 
 /// A stream folded into its source's overflow series of a metric (ADR 0020).

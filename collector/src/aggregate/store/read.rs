@@ -225,7 +225,7 @@ pub(crate) fn fleet_gauges(store: &Store, now: u64) -> Vec<Option<(f64, u64)>> {
         .collect()
 }
 
-fn with_static(store: &Store, pairs: &[(&str, &str)]) -> Arc<str> {
+pub(super) fn with_static(store: &Store, pairs: &[(&str, &str)]) -> Arc<str> {
     let mut labels: Vec<(String, String)> = pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))

@@ -27,6 +27,8 @@ pub(crate) struct StoreCopy {
     /// Every histogram's `HistState` fields but its bounds (counts packed, count,
     /// sum), protobuf-encoded, back to back: a quarter of the numbers' size.
     hists: Vec<u8>,
+    /// The job ledger as JSON (`views::jobs`; the aggregator sets it), field 9.
+    jobs_json: String,
 }
 
 /// A source: its resource by reference.
@@ -74,7 +76,13 @@ impl StoreCopy {
             series: Vec::new(),
             folded: Vec::new(),
             hists: Vec::new(),
+            jobs_json: String::new(),
         }
+    }
+
+    /// Sets the job ledger's JSON the file carries (field 9).
+    pub(crate) fn set_jobs_json(&mut self, json: String) {
+        self.jobs_json = json;
     }
 
     /// Empties the copy, keeping its buffers' room for the next one (the labels it
@@ -94,6 +102,7 @@ impl StoreCopy {
         empty(&mut self.series);
         empty(&mut self.folded);
         empty(&mut self.hists);
+        self.jobs_json.clear();
     }
 
     /// Empties the copy, keeping all of its buffers' room.
@@ -104,6 +113,7 @@ impl StoreCopy {
         self.series.clear();
         self.folded.clear();
         self.hists.clear();
+        self.jobs_json.clear();
     }
 
     /// A histogram's fields (empty if the copy does not hold them, which it always
@@ -299,6 +309,7 @@ impl StoreCopy {
             });
             out.spill()?;
         }
+        pb::string(&mut out.buf, 9, &self.jobs_json);
         out.flush()?;
         let (len, crc) = (out.len, out.crc.finalize());
         w.seek(SeekFrom::Start(start))?;
@@ -356,6 +367,7 @@ impl StoreCopy {
             instance_id: String::new(),
             origin_unix_nanos: 0,
             written_unix_nanos: 0,
+            jobs_json: self.jobs_json.clone(),
             metrics: self.metrics.clone(),
             sources: self
                 .sources
@@ -411,6 +423,7 @@ impl Store {
             series: copies,
             folded,
             hists,
+            jobs_json: _,
         } = copy;
         let mut source_index = vec![u32::MAX; self.sources.len()];
         for (id, src) in self.sources.iter().enumerate() {
