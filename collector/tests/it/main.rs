@@ -16,6 +16,7 @@ mod durability;
 mod exporters;
 mod exposition;
 mod fuzz;
+mod jobs;
 mod layering;
 mod python_workers;
 mod remote_write;
