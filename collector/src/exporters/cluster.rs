@@ -63,7 +63,10 @@ impl ClusterView {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
         let doc = {
-            let timeline = self.timeline.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut timeline = self.timeline.lock().unwrap_or_else(PoisonError::into_inner);
+            // This reading too, not only the last second's sample: the lanes end in the
+            // state the table (read just now as well) shows.
+            timeline.record(&reading);
             timeline_json(&reading, &timeline, window_s, now_unix_s)
         };
         doc.to_string()

@@ -244,7 +244,7 @@ fn demo_worker(rank: u32, endpoint: &str) -> Killed {
 }
 
 /// `chromium`, or a failure that says how to install it.
-fn chromium() -> &'static str {
+pub(crate) fn chromium() -> &'static str {
     let ok = Command::new("chromium")
         .arg("--version")
         .stdout(Stdio::null())
@@ -323,7 +323,7 @@ fn run_chromium(url: &str, extra: &[&str]) -> Output {
 }
 
 /// The DOM after the page ran for `budget_ms` of virtual time in a 1280x900 window.
-fn dump_dom(url: &str, budget_ms: u32) -> String {
+pub(crate) fn dump_dom(url: &str, budget_ms: u32) -> String {
     let out = run_chromium(
         url,
         &[
@@ -342,7 +342,7 @@ fn dump_dom(url: &str, budget_ms: u32) -> String {
 }
 
 /// The attributes of every start tag in `html` that contains `marker`.
-fn tags_with(html: &str, marker: &str) -> Vec<BTreeMap<String, String>> {
+pub(crate) fn tags_with(html: &str, marker: &str) -> Vec<BTreeMap<String, String>> {
     let mut out = Vec::new();
     let mut rest = html;
     while let Some(i) = rest.find(marker) {

@@ -364,3 +364,144 @@ fn a_restart_from_a_checkpoint_through_a_collector_restart_adds_up_exactly() {
     }
     let _ = std::fs::remove_dir_all(&state);
 }
+
+/// The cluster page in headless Chromium: the job section shows each job's goodput, a
+/// bar of its causes and its incarnations per rank, as `/api/jobs` says; the timeline's
+/// window fits the data (the collector's uptime, not 15 minutes); and every live lane's
+/// "now" is the state its table row shows, at the same refresh.
+#[test]
+fn the_cluster_page_shows_each_job_and_fits_its_window() {
+    use crate::cluster_page::{chromium, dump_dom, tags_with};
+    chromium();
+    let collector = CollectorProcess::start(None, &[]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs_f64();
+    let fixed = [("startup", "", 2.0), ("warmup", "load_model", 3.0)];
+    let mut live = Vec::new();
+    for rank in 0..2u32 {
+        // Incarnation 0 ran 10 steps from 100 s ago, saved step 5, and died; incarnation
+        // 1 restored step 5 and runs now, in gpu (rank 0) or idle (rank 1).
+        let first = seconds(rank, &fixed, 10, 1);
+        let t0 = now - 100.0;
+        post(
+            collector.http,
+            &export(
+                rank,
+                0,
+                t0 + first.iter().map(|x| x.2).sum::<f64>(),
+                &first,
+                &[
+                    ("higgsmeter_job_step", 10.0),
+                    ("higgsmeter_job_checkpoint_step", 5.0),
+                    ("higgsmeter_job_checkpoint_productive_seconds", 10.0),
+                ],
+            ),
+        );
+        let second = seconds(rank, &fixed, 4, 0);
+        let state = if rank == 0 { 3.0 } else { 0.0 };
+        let req = export(
+            rank,
+            1,
+            now,
+            &second,
+            &[
+                ("higgsmeter_job_step", 9.0),
+                ("higgsmeter_job_restored_step", 5.0),
+                ("worker_current_state", state),
+            ],
+        );
+        post(collector.http, &req);
+        live.push(req);
+    }
+    // Incarnation 1 keeps pushing (the same totals) while the browser loads, however
+    // slow the machine: its sources stay live.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pusher = {
+        let (stop, addr) = (stop.clone(), collector.http);
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for req in &live {
+                    post(addr, req);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+        })
+    };
+    let jobs = wait_for(
+        std::time::Duration::from_secs(15),
+        "the job in /api/jobs",
+        || {
+            let jobs: serde_json::Value =
+                serde_json::from_str(&collector.scrape("/api/jobs")).ok()?;
+            let ranks = jobs["jobs"][0]["ranks"].as_array()?.clone();
+            (ranks.len() == 2
+                && ranks
+                    .iter()
+                    .all(|r| r["incarnations"].as_array().is_some_and(|i| i.len() == 2)))
+            .then_some(jobs)
+        },
+    );
+    let job = &jobs["jobs"][0];
+    let html = dump_dom(&format!("http://{}/", collector.prometheus), 4000);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    pusher.join().expect("the pusher");
+
+    let section = tags_with(&html, "id=\"jobs\"");
+    assert_eq!(section[0]["data-jobs"], "1", "{section:?}");
+    assert!(!section[0].contains_key("hidden"), "{section:?}");
+    let shown = tags_with(&html, "class=\"job\"");
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(shown[0]["data-job"], JOB);
+    let ratio = job["goodput_ratio"].as_f64().expect("ratio");
+    assert_eq!(shown[0]["data-goodput"], format!("{ratio:.4}"));
+    assert_eq!(shown[0]["data-disruptions"], "1");
+    // The bar: goodput and every cause with time, each as many seconds as the API says.
+    let parts: BTreeMap<String, String> = tags_with(&html, "data-cause=\"")
+        .into_iter()
+        .map(|a| (a["data-cause"].clone(), a["data-seconds"].clone()))
+        .collect();
+    let mut want = BTreeMap::new();
+    want.insert(
+        "goodput".to_owned(),
+        format!("{:.3}", job["goodput_seconds"].as_f64().expect("goodput")),
+    );
+    for (cause, secs) in job["badput_seconds"].as_object().expect("badput") {
+        let secs = secs.as_f64().expect("seconds");
+        if secs > 0.0 {
+            want.insert(cause.clone(), format!("{secs:.3}"));
+        }
+    }
+    assert_eq!(parts, want);
+    assert!(parts.contains_key("wasted_progress") && parts.contains_key("recovery"));
+    let strips = tags_with(&html, "data-incarnations=\"");
+    assert_eq!(strips.len(), 2, "{strips:?}");
+    assert!(
+        strips.iter().all(|s| s["data-incarnations"] == "2"),
+        "{strips:?}"
+    );
+
+    // The window fits the data: seconds of uptime, not the 15-minute default.
+    let timeline = tags_with(&html, "id=\"timeline\"");
+    let window: u64 = timeline[0]["data-window"].parse().expect("window");
+    assert!((10..=60).contains(&window), "window {window}: {timeline:?}");
+    assert_eq!(tags_with(&html, "id=\"zoom\"")[0]["data-auto"], "true");
+
+    // Table and lanes agree on "now" for every live source that reports its state
+    // (incarnation 0 never did, and may still be within `stale_after`).
+    let rows: BTreeMap<String, String> = tags_with(&html, "class=\"row")
+        .into_iter()
+        .filter(|r| r["data-live"] == "true" && r["data-state"] != "unknown")
+        .map(|r| (r["data-rank"].clone(), r["data-state"].clone()))
+        .collect();
+    let lanes: BTreeMap<String, String> = tags_with(&html, "class=\"lane")
+        .into_iter()
+        .filter(|l| l["data-silent"] == "false" && l["data-now"] != "unknown")
+        .map(|l| (l["data-rank"].clone(), l["data-now"].clone()))
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows, lanes);
+    assert_eq!(rows["0"], "gpu");
+    assert_eq!(rows["1"], "idle");
+}
