@@ -4,9 +4,11 @@
 //!
 //! A worker belongs to a job through its resource: `job.id` (from
 //! `OTEL_RESOURCE_ATTRIBUTES`, else torchrun's `TORCHELASTIC_RUN_ID`, else
-//! `HIGGSMETER_JOB_ID`) and `job.incarnation` (torchrun's `TORCHELASTIC_RESTART_COUNT`,
-//! else `HIGGSMETER_JOB_INCARNATION`; without one, each process of a rank is an
-//! incarnation of its own, told apart by `service.instance.id`).
+//! `HIGGSMETER_JOB_ID`; torchrun's default run id `none` is not one) and
+//! `job.incarnation` (from `OTEL_RESOURCE_ATTRIBUTES`, else torchrun's
+//! `TORCHELASTIC_RESTART_COUNT`, else `HIGGSMETER_JOB_INCARNATION`; without one, each
+//! process of a rank is an incarnation of its own, told apart by
+//! `service.instance.id`).
 
 use crate::{Family, Fleet, Kind};
 
@@ -52,8 +54,9 @@ pub const JOB_CHECKPOINT_STEP: Family = Family {
     fleet: Fleet::PerSource,
 };
 
-/// `higgsmeter_job_checkpoint_productive_seconds` (gauge): this process's `gpu`
-/// seconds when it saved its last checkpoint: the progress that checkpoint keeps.
+/// `higgsmeter_job_checkpoint_productive_seconds` (gauge): this process's productive
+/// `gpu` seconds (all but custom badput's, `badput.*` operations) when it saved its
+/// last checkpoint: the progress that checkpoint keeps.
 pub const JOB_CHECKPOINT_PRODUCTIVE: Family = Family {
     name: "higgsmeter_job_checkpoint_productive_seconds",
     kind: Kind::Gauge,

@@ -53,6 +53,15 @@
 //! starts the in-process NVML GPU meter (`higgsmeter-nvml`): GPU gauges, session
 //! counters and GPU-active seconds split by the worker's state.
 //!
+//! # Goodput marks
+//!
+//! A training worker marks its progress with [`job`]: [`job::record_step`] after each
+//! step, [`job::checkpoint_save`] and [`job::checkpoint_restore`] around a checkpoint's
+//! save and restore (`io` scopes of their own), [`job::badput`] around custom badput
+//! (an evaluation). They are exported as the catalog's `higgsmeter_job_*` gauges, and
+//! with the job's identity in the resource (`job.id`, `job.incarnation`, below) the
+//! collector derives the job's goodput and its badput by cause, across restarts.
+//!
 //! # Feature flags
 //!
 //! | feature | default | what it adds |
@@ -87,6 +96,8 @@
 //! | `OTEL_SDK_DISABLED` | `true`: track, but export nothing | `false` |
 //! | `HIGGSMETER_PROMETHEUS_ADDR` | serve `/metrics` here, e.g. `127.0.0.1:9465` (9464 is the collector's) | off |
 //! | `RANK`, `WORLD_SIZE`, `LOCAL_RANK` | resource attributes `rank`, `world_size`, `local_rank` | unset |
+//! | `TORCHELASTIC_RUN_ID`, else `HIGGSMETER_JOB_ID` | resource attribute `job.id`, unless `OTEL_RESOURCE_ATTRIBUTES` has one (torchrun's default run id `none` counts as unset) | unset |
+//! | `TORCHELASTIC_RESTART_COUNT`, else `HIGGSMETER_JOB_INCARNATION` | resource attribute `job.incarnation`, a whole number ≥ 0, unless `OTEL_RESOURCE_ATTRIBUTES` has one (checked the same) | unset: the collector tells incarnations apart by `service.instance.id` |
 //! | `RUST_LOG` | what higgsmeter's own log (stderr) shows, e.g. `warn,higgsmeter=info` | `warn` |
 //! | `OTEL_TRACES_EXPORTER` | `otlp`: also export spans (`traces` feature); `none`: don't | off |
 //! | `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` | where spans go, used as given | `OTEL_EXPORTER_OTLP_ENDPOINT` (`/v1/traces` appended for HTTP), else the exporter's default |
@@ -126,6 +137,7 @@ mod clock;
 mod engine;
 mod error;
 mod intern;
+pub mod job;
 mod layer;
 mod metrics;
 mod span;

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use higgsmeter_catalog::STATUS_INTERVAL_S;
+use higgsmeter_catalog::{JOB_ID_ATTRIBUTE, JOB_INCARNATION_ATTRIBUTE, STATUS_INTERVAL_S};
 use opentelemetry::KeyValue;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::Temporality;
@@ -28,6 +28,10 @@ pub(crate) use traces::{TraceRequests, TraceSettings};
 
 /// The environment variable naming the in-process Prometheus endpoint's address.
 const PROMETHEUS_ADDR_ENV: &str = "HIGGSMETER_PROMETHEUS_ADDR";
+
+/// torchrun's `TORCHELASTIC_RUN_ID` when no `--rdzv-id` was given: every such job has
+/// it, so it names none.
+const TORCHRUN_DEFAULT_RUN_ID: &str = "none";
 
 /// What this build can export, by the crate's features: asking for more is an error
 /// from `init()`, before anything starts.
@@ -380,6 +384,7 @@ fn resource(r: &Requests, read: bool) -> Result<Resource, Error> {
         builder = builder.with_detector(Box::new(EnvResourceDetector::new()));
     }
     let from_env = builder.build();
+    let job = job_attributes(&from_env, |name| env(read, name))?;
     let service_name = r
         .service_name
         .clone()
@@ -396,9 +401,64 @@ fn resource(r: &Requests, read: bool) -> Result<Resource, Error> {
                 .iter()
                 .map(|(k, v)| KeyValue::new(k.clone(), v.clone())),
         )
+        .with_attributes(job)
         .with_attributes(r.attributes.iter().cloned())
         .with_service_name(service_name)
         .build())
+}
+
+/// The job's resource attributes, `job.id` and `job.incarnation`, each from the first
+/// source that has it: `OTEL_RESOURCE_ATTRIBUTES` (in `detected`, the environment
+/// detector's resource), then torchrun's variable (`TORCHELASTIC_RUN_ID`, unless it is
+/// torchrun's default `none`; `TORCHELASTIC_RESTART_COUNT`), then higgsmeter's
+/// (`HIGGSMETER_JOB_ID`, `HIGGSMETER_JOB_INCARNATION`). `var` reads a variable (blank
+/// is unset): the environment, or a table in tests. The incarnation used must be a
+/// whole number ≥ 0, else it is an error naming its source; it is returned as a
+/// number, to replace a detected one's text. Sources after the one used are not read.
+fn job_attributes(
+    detected: &Resource,
+    var: impl Fn(&'static str) -> Option<String>,
+) -> Result<Vec<KeyValue>, Error> {
+    let detected_value = |key: &'static str| {
+        detected
+            .get(&opentelemetry::Key::from_static_str(key))
+            .map(|v| v.to_string())
+            .filter(|v| !v.trim().is_empty())
+    };
+    let mut attributes = Vec::with_capacity(2);
+    if detected_value(JOB_ID_ATTRIBUTE).is_none() {
+        let id = var("TORCHELASTIC_RUN_ID")
+            .filter(|v| v.trim() != TORCHRUN_DEFAULT_RUN_ID)
+            .or_else(|| var("HIGGSMETER_JOB_ID"));
+        if let Some(id) = id {
+            attributes.push(KeyValue::new(JOB_ID_ATTRIBUTE, id.trim().to_owned()));
+        }
+    }
+    let incarnation = match detected_value(JOB_INCARNATION_ATTRIBUTE) {
+        Some(v) => Some((
+            "OTEL_RESOURCE_ATTRIBUTES",
+            format!("{JOB_INCARNATION_ATTRIBUTE}={v}"),
+            v,
+        )),
+        None => ["TORCHELASTIC_RESTART_COUNT", "HIGGSMETER_JOB_INCARNATION"]
+            .into_iter()
+            .find_map(|name| var(name).map(|v| (name, v.clone(), v))),
+    };
+    if let Some((name, shown, v)) = incarnation {
+        let n = v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .and_then(|n| i64::try_from(n).ok())
+            .ok_or(Error::InvalidSetting {
+                name,
+                value: shown,
+                reason: "expected the job's incarnation, a whole number >= 0 (0 for the \
+                         first start, one more per restart of the job)",
+            })?;
+        attributes.push(KeyValue::new(JOB_INCARNATION_ATTRIBUTE, n));
+    }
+    Ok(attributes)
 }
 
 fn exe_name() -> String {
@@ -507,5 +567,137 @@ mod tests {
         assert_eq!(otlp.protocol, Protocol::HttpProtobuf);
         assert!(otlp.tls_on);
         assert_eq!(otlp.interval, Duration::from_secs_f64(STATUS_INTERVAL_S));
+    }
+
+    /// `job_attributes` over a table: `otel` is what `OTEL_RESOURCE_ATTRIBUTES` gave
+    /// the detector, `vars` the other variables.
+    fn job(otel: &[(&'static str, &str)], vars: &[(&str, &str)]) -> Result<Vec<KeyValue>, Error> {
+        let detected = Resource::builder_empty()
+            .with_attributes(otel.iter().map(|(k, v)| KeyValue::new(*k, v.to_string())))
+            .build();
+        let table: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        job_attributes(&detected, |name| {
+            table.get(name).filter(|v| !v.trim().is_empty()).cloned()
+        })
+    }
+
+    fn kv(id: Option<&str>, incarnation: Option<i64>) -> Vec<KeyValue> {
+        let mut out = Vec::new();
+        if let Some(id) = id {
+            out.push(KeyValue::new(JOB_ID_ATTRIBUTE, id.to_owned()));
+        }
+        if let Some(n) = incarnation {
+            out.push(KeyValue::new(JOB_INCARNATION_ATTRIBUTE, n));
+        }
+        out
+    }
+
+    #[test]
+    fn job_identity_comes_from_each_source_in_order() {
+        let all = [
+            ("TORCHELASTIC_RUN_ID", "torch-run"),
+            ("HIGGSMETER_JOB_ID", "hm-job"),
+            ("TORCHELASTIC_RESTART_COUNT", "2"),
+            ("HIGGSMETER_JOB_INCARNATION", "7"),
+        ];
+        // Nothing set: neither attribute.
+        assert_eq!(job(&[], &[]).unwrap(), kv(None, None));
+        // Each source alone.
+        assert_eq!(job(&[], &all[1..2]).unwrap(), kv(Some("hm-job"), None));
+        assert_eq!(job(&[], &all[3..]).unwrap(), kv(None, Some(7)));
+        assert_eq!(job(&[], &all[..1]).unwrap(), kv(Some("torch-run"), None));
+        assert_eq!(job(&[], &all[2..3]).unwrap(), kv(None, Some(2)));
+        // torchrun's wins over higgsmeter's.
+        assert_eq!(job(&[], &all).unwrap(), kv(Some("torch-run"), Some(2)));
+        // OTEL_RESOURCE_ATTRIBUTES wins over both: its id stays as detected (nothing
+        // returned replaces it), its incarnation comes back as a number.
+        let otel = [
+            (JOB_ID_ATTRIBUTE, "otel-job"),
+            (JOB_INCARNATION_ATTRIBUTE, "5"),
+        ];
+        assert_eq!(job(&otel, &all).unwrap(), kv(None, Some(5)));
+        assert_eq!(job(&otel[..1], &all).unwrap(), kv(None, Some(2)));
+        assert_eq!(
+            job(&otel[1..], &all).unwrap(),
+            kv(Some("torch-run"), Some(5))
+        );
+        // torchrun's default run id names no job; blank values are unset.
+        assert_eq!(
+            job(
+                &[],
+                &[("TORCHELASTIC_RUN_ID", "none"), ("HIGGSMETER_JOB_ID", "hm")]
+            )
+            .unwrap(),
+            kv(Some("hm"), None)
+        );
+        assert_eq!(
+            job(&[], &[("TORCHELASTIC_RUN_ID", "none")]).unwrap(),
+            kv(None, None)
+        );
+        assert_eq!(
+            job(
+                &[],
+                &[
+                    ("TORCHELASTIC_RESTART_COUNT", " "),
+                    ("HIGGSMETER_JOB_INCARNATION", "0")
+                ]
+            )
+            .unwrap(),
+            kv(None, Some(0))
+        );
+    }
+
+    #[test]
+    fn a_bad_incarnation_is_an_error_naming_its_source() {
+        for (otel, vars, name) in [
+            (
+                &[][..],
+                &[("TORCHELASTIC_RESTART_COUNT", "-1")][..],
+                "TORCHELASTIC_RESTART_COUNT",
+            ),
+            (
+                &[],
+                &[("HIGGSMETER_JOB_INCARNATION", "two")],
+                "HIGGSMETER_JOB_INCARNATION",
+            ),
+            (
+                &[],
+                &[("HIGGSMETER_JOB_INCARNATION", "1.5")],
+                "HIGGSMETER_JOB_INCARNATION",
+            ),
+            (
+                &[],
+                &[("HIGGSMETER_JOB_INCARNATION", "9223372036854775808")],
+                "HIGGSMETER_JOB_INCARNATION",
+            ),
+            (
+                &[(JOB_INCARNATION_ATTRIBUTE, "x")],
+                &[("TORCHELASTIC_RESTART_COUNT", "1")],
+                "OTEL_RESOURCE_ATTRIBUTES",
+            ),
+        ] {
+            let err = job(otel, vars).unwrap_err();
+            assert!(
+                matches!(&err, Error::InvalidSetting { name: n, .. } if *n == name),
+                "{err:?}"
+            );
+            let text = err.to_string();
+            assert!(text.contains(name) && text.contains(">= 0"), "{text}");
+        }
+        // A source after the one used is not read, so not checked.
+        assert_eq!(
+            job(
+                &[],
+                &[
+                    ("TORCHELASTIC_RESTART_COUNT", "3"),
+                    ("HIGGSMETER_JOB_INCARNATION", "bad")
+                ]
+            )
+            .unwrap(),
+            kv(None, Some(3))
+        );
     }
 }

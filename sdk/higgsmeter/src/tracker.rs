@@ -101,6 +101,40 @@ struct Inner {
     /// events; emitted at the next call from user code or an exporter.
     has_warnings: AtomicBool,
     warnings: Mutex<Vec<String>>,
+    /// A training job's progress marks ([`crate::job`]), read by their gauges.
+    marks: Marks,
+}
+
+/// A training job's progress marks (the public face is [`crate::job`]): atomics, so a
+/// mark costs one store, no lock and no allocation.
+#[derive(Debug, Default)]
+pub(crate) struct Marks {
+    /// The last training step completed.
+    pub(crate) step: Mark,
+    /// The step the last checkpoint saved covers.
+    pub(crate) checkpoint_step: Mark,
+    /// The `gpu` nanoseconds when the last checkpoint was saved.
+    pub(crate) checkpoint_gpu_nanos: Mark,
+    /// The step of the checkpoint restored.
+    pub(crate) restored_step: Mark,
+}
+
+/// One mark: unset (0) until the first [`set`](Mark::set), then the value plus one.
+#[derive(Debug, Default)]
+pub(crate) struct Mark(AtomicU64);
+
+impl Mark {
+    /// Sets the mark (`u64::MAX` is kept as `u64::MAX - 1`).
+    #[inline]
+    pub(crate) fn set(&self, value: u64) {
+        self.0.store(value.min(u64::MAX - 1) + 1, Ordering::Relaxed);
+    }
+
+    /// The mark, if it was ever set.
+    #[inline]
+    pub(crate) fn get(&self) -> Option<u64> {
+        self.0.load(Ordering::Relaxed).checked_sub(1)
+    }
 }
 
 /// One worker's timeline: at every instant in exactly one (state, operation).
@@ -167,6 +201,7 @@ impl Tracker {
                 timeline: Mutex::new(timeline),
                 has_warnings: AtomicBool::new(false),
                 warnings: Mutex::new(Vec::new()),
+                marks: Marks::default(),
             }),
         }
     }
@@ -383,6 +418,41 @@ impl Tracker {
             current: (current.state, intern::name(current.op)),
             elapsed_nanos: now.saturating_sub(t.origin).saturating_sub(t.untracked),
         }
+    }
+
+    /// The `gpu` nanoseconds so far that count as progress (the collector's goodput):
+    /// every operation's but custom badput's (`badput.*`) and the checkpoint scopes'.
+    pub(crate) fn productive_gpu_nanos(&self) -> u64 {
+        let productive = |op: OpId| {
+            let name = intern::name(op);
+            !name.starts_with(higgsmeter_catalog::CUSTOM_BADPUT_PREFIX)
+                && &*name != higgsmeter_catalog::CHECKPOINT_SAVE_OPERATION
+                && &*name != higgsmeter_catalog::CHECKPOINT_RESTORE_OPERATION
+        };
+        let t = self.lock();
+        let now = if t.stopped {
+            t.since
+        } else {
+            self.inner.clock.now_nanos()
+        };
+        let gpu = AppState::Gpu.index();
+        let mut sum = 0u64;
+        for (idx, row) in t.totals.iter().enumerate() {
+            if row[gpu] > 0 && productive(OpId(u32::try_from(idx).unwrap_or(0))) {
+                sum = sum.saturating_add(row[gpu]);
+            }
+        }
+        let current = t.current();
+        if current.state == AppState::Gpu && productive(current.op) {
+            sum = sum.saturating_add(now.saturating_sub(t.since));
+        }
+        sum
+    }
+
+    /// The job's progress marks.
+    #[inline]
+    pub(crate) fn marks(&self) -> &Marks {
+        &self.inner.marks
     }
 
     // ---- driven by the activity layer ----

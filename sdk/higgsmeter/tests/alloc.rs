@@ -96,3 +96,35 @@ fn the_disabled_path_does_not_allocate() {
         assert_eq!(n, 0);
     });
 }
+
+/// A training loop's marks: `record_step` is one atomic store, and a checkpoint's save
+/// (its scope and its marks) allocates nothing once warmed up either.
+#[test]
+fn goodput_marks_do_not_allocate() {
+    let tracker = Tracker::new();
+    let subscriber = tracing_subscriber::registry().with(ActivityLayer::new(tracker.clone()));
+    tracing::subscriber::with_default(subscriber, || {
+        let work = |steps: std::ops::Range<u64>| {
+            for step in steps {
+                {
+                    let _gpu = tracker.scope(AppState::Gpu, "train_step");
+                }
+                tracker.record_step(step);
+                if step % 16 == 0 {
+                    let _save = tracker.checkpoint_save(step);
+                }
+            }
+        };
+        work(0..64);
+        let n = allocations_during(|| {
+            for step in 0..10_000 {
+                tracker.record_step(step);
+            }
+        });
+        assert_eq!(n, 0, "allocations in 10k record_step");
+        let n = allocations_during(|| work(64..10_064));
+        assert_eq!(n, 0, "allocations in 10k steps with a save every 16");
+    });
+    assert_eq!(tracker.job_marks().step, Some(10_063));
+    assert_eq!(tracker.job_marks().checkpoint_step, Some(10_048));
+}

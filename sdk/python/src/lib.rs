@@ -2,7 +2,7 @@
 //!
 //! The package puts the Rust SDK behind the Python `higgsmeter` 0.1.1 API. Everything
 //! that counts, times or exports is here, over the `higgsmeter` crate: the tracker
-//! (`Tracker`, `StateScope`), the OpenTelemetry pipeline (`init`, `flush`, `shutdown`),
+//! (`Tracker`, `StateScope`, the goodput marks), the OpenTelemetry pipeline (`init`, `flush`, `shutdown`),
 //! the engine catalog's recorders and spans, the NVML meter and traces, the engine
 //! catalog's families (`higgsmeter.catalog`) and the lab agent's session counters
 //! (`higgsmeter.lab`). The Python layer (`python/higgsmeter/`) adds what Python idiom wants: the `AppState` enum, the
@@ -25,6 +25,7 @@ mod traces;
 mod tracker;
 
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 pyo3::create_exception!(
     _core,
@@ -53,6 +54,29 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ACTIVITY_LABELS", activity.labels.to_vec())?;
     m.add("CURRENT_STATE_NAME", current.name)?;
     m.add("CURRENT_STATE_HELP", current.help)?;
+    // The goodput marks' gauges, `(name, help)` in the catalog's order, and the
+    // operations the collector's job view reads.
+    let job_gauges: Vec<(&str, &str)> = higgsmeter::catalog::JOB_FAMILIES
+        .iter()
+        .map(|f| (f.name, f.help))
+        .collect();
+    m.add("JOB_GAUGES", job_gauges)?;
+    m.add(
+        "CHECKPOINT_SAVE_OPERATION",
+        higgsmeter::job::CHECKPOINT_SAVE_OPERATION,
+    )?;
+    m.add(
+        "CHECKPOINT_RESTORE_OPERATION",
+        higgsmeter::job::CHECKPOINT_RESTORE_OPERATION,
+    )?;
+    m.add(
+        "CUSTOM_BADPUT_PREFIX",
+        higgsmeter::job::CUSTOM_BADPUT_PREFIX,
+    )?;
+    m.add(
+        "BADPUT_CAUSES",
+        PyTuple::new(py, higgsmeter::job::BADPUT_CAUSES)?,
+    )?;
     m.add_class::<tracker::PyTracker>()?;
     m.add_class::<tracker::StateScope>()?;
     m.add_class::<traces::SpanRef>()?;

@@ -1,10 +1,16 @@
-//! `Tracker` and `StateScope`: the Python face of [`higgsmeter::Tracker`].
+//! `Tracker` and `StateScope`: the Python face of [`higgsmeter::Tracker`], its goodput
+//! marks ([`higgsmeter::job`]) included.
 
 use std::sync::Mutex;
 
+use higgsmeter::catalog::{
+    JOB_CHECKPOINT_PRODUCTIVE, JOB_CHECKPOINT_STEP, JOB_RESTORED_STEP, JOB_STEP,
+};
+use higgsmeter::job::{CHECKPOINT_RESTORE_OPERATION, CHECKPOINT_SAVE_OPERATION};
 use higgsmeter::{AppState, ScopeId, Tracker};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyBool, PyDict, PyInt, PyString, PyTuple};
 
 use crate::states::{member, state_arg, with_operation};
 use crate::traces;
@@ -64,8 +70,84 @@ impl PyTracker {
             tracker: self.inner.clone(),
             state,
             operation,
+            mark: None,
             open: Mutex::new(Open::default()),
         })
+    }
+
+    /// Records `step` as the last training step completed (`higgsmeter_job_step`).
+    fn record_step(&self, step: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.inner.record_step(step_arg(step)?);
+        Ok(())
+    }
+
+    /// A context manager: a checkpoint save of `step`, `io` with operation
+    /// `checkpoint_save`; an `__exit__` without an exception records the checkpoint's
+    /// marks (its step and the `gpu` seconds so far).
+    fn checkpoint_save(&self, py: Python<'_>, step: &Bound<'_, PyAny>) -> PyResult<StateScope> {
+        let step = step_arg(step)?;
+        Ok(self.marked_scope(py, CHECKPOINT_SAVE_OPERATION, Mark::Saved(step)))
+    }
+
+    /// A context manager: a checkpoint restore of `step`, `io` with operation
+    /// `checkpoint_restore`; an `__exit__` without an exception records the restored
+    /// step.
+    fn checkpoint_restore(&self, py: Python<'_>, step: &Bound<'_, PyAny>) -> PyResult<StateScope> {
+        let step = step_arg(step)?;
+        Ok(self.marked_scope(py, CHECKPOINT_RESTORE_OPERATION, Mark::Restored(step)))
+    }
+
+    /// A context manager: custom badput, operation `badput.<cause>`, in `state` (`cpu`
+    /// when `None`).
+    #[pyo3(signature = (cause, state = None))]
+    fn badput(
+        &self,
+        py: Python<'_>,
+        cause: &Bound<'_, PyAny>,
+        state: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<StateScope> {
+        let state = match state {
+            Some(s) if !s.is_none() => state_arg(s)?,
+            _ => AppState::Cpu,
+        };
+        let cause = cause.cast::<PyString>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "cause must be a str such as 'evaluation', not {}",
+                cause
+                    .get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| "?".to_owned())
+            ))
+        })?;
+        let operation = higgsmeter::job::badput_operation(cause.to_str()?);
+        Ok(StateScope {
+            tracker: self.inner.clone(),
+            state,
+            operation: Some(PyString::new(py, &operation).into_any().unbind()),
+            mark: None,
+            open: Mutex::new(Open::default()),
+        })
+    }
+
+    /// The goodput marks set so far: `{family name: value}` (a step as an `int`, the
+    /// checkpoint's productive seconds as a `float`); a mark never set is absent.
+    fn job_marks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let marks = self.inner.job_marks();
+        let out = PyDict::new(py);
+        if let Some(step) = marks.step {
+            out.set_item(JOB_STEP.name, step)?;
+        }
+        if let Some(step) = marks.checkpoint_step {
+            out.set_item(JOB_CHECKPOINT_STEP.name, step)?;
+        }
+        if let Some(gpu) = marks.checkpoint_productive {
+            out.set_item(JOB_CHECKPOINT_PRODUCTIVE.name, gpu.as_nanos() as f64 / 1e9)?;
+        }
+        if let Some(step) = marks.restored_step {
+            out.set_item(JOB_RESTORED_STEP.name, step)?;
+        }
+        Ok(out)
     }
 
     /// Commits the time spent so far (idempotent: calling it twice counts nothing twice).
@@ -111,6 +193,46 @@ impl PyTracker {
     }
 }
 
+impl PyTracker {
+    /// An `io` scope with `operation` that records `mark` when it exits cleanly.
+    fn marked_scope(&self, py: Python<'_>, operation: &str, mark: Mark) -> StateScope {
+        StateScope {
+            tracker: self.inner.clone(),
+            state: AppState::Io,
+            operation: Some(PyString::new(py, operation).into_any().unbind()),
+            mark: Some(mark),
+            open: Mutex::new(Open::default()),
+        }
+    }
+}
+
+/// A `step` argument: an `int` >= 0 (a `bool` is not a step).
+fn step_arg(step: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if step.is_instance_of::<PyInt>() && !step.is_instance_of::<PyBool>() {
+        step.extract::<u64>().map_err(|_| {
+            PyValueError::new_err(format!("step must be a whole number >= 0, not {step}"))
+        })
+    } else {
+        let type_name = step
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "?".to_owned());
+        Err(PyTypeError::new_err(format!(
+            "step must be an int (the training step), not {type_name}"
+        )))
+    }
+}
+
+/// What a checkpoint's scope records when it exits without an exception.
+#[derive(Debug, Clone, Copy)]
+enum Mark {
+    /// A checkpoint of this step saved.
+    Saved(u64),
+    /// A checkpoint of this step restored.
+    Restored(u64),
+}
+
 /// A state scope: `with tracker.scope(AppState.GPU, "x"):`. The scope opens at
 /// `__enter__` (not when it is made) and closes at `__exit__`, exception or not; one
 /// object can be entered again, also while it is open (each `__exit__` closes the
@@ -121,6 +243,8 @@ pub(crate) struct StateScope {
     state: AppState,
     /// The operation (`None` for none), a checked `str`.
     operation: Option<Py<PyAny>>,
+    /// A checkpoint's mark, recorded at each `__exit__` without an exception.
+    mark: Option<Mark>,
     open: Mutex<Open>,
 }
 
@@ -183,7 +307,7 @@ impl StateScope {
     fn __exit__(
         &self,
         py: Python<'_>,
-        _exc_type: &Bound<'_, PyAny>,
+        exc_type: &Bound<'_, PyAny>,
         _exc: &Bound<'_, PyAny>,
         _tb: &Bound<'_, PyAny>,
     ) -> bool {
@@ -191,6 +315,17 @@ impl StateScope {
         if let Some((id, span)) = entry {
             self.tracker.close_scope(id);
             traces::end(py, span);
+            // After the scope closed: a save's gpu seconds are those at its end. A save
+            // or restore that raised records nothing.
+            match self.mark {
+                Some(Mark::Saved(step)) if exc_type.is_none() => {
+                    self.tracker.checkpoint_saved(step);
+                }
+                Some(Mark::Restored(step)) if exc_type.is_none() => {
+                    self.tracker.checkpoint_restored(step);
+                }
+                _ => {}
+            }
         }
         false
     }

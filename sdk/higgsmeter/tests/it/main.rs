@@ -15,6 +15,8 @@ mod accounting;
 mod engine;
 #[cfg(all(feature = "otlp", feature = "prometheus"))]
 mod export;
+#[cfg(all(feature = "otlp", feature = "prometheus"))]
+mod job;
 mod layering;
 mod macros;
 #[cfg(all(feature = "otlp", feature = "prometheus"))]

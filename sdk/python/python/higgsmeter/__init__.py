@@ -22,8 +22,13 @@ Quick start::
 
     state_tracker.set_state(AppState.SHUTDOWN)
     state_tracker.finalize()
+
+A training worker also marks its progress for the collector's goodput view:
+``higgsmeter.job`` (``record_step``, ``checkpoint_save``, ``checkpoint_restore``,
+``badput``).
 """
 
+from higgsmeter import job
 from higgsmeter._core import ConfigError
 from higgsmeter._version import __version__
 from higgsmeter.tracker import AppState
@@ -38,6 +43,7 @@ __all__ = [
     'StateTracker',
     '__version__',
     'enable_tracker',
+    'job',
     'state_tracker',
     'track_state',
 ]

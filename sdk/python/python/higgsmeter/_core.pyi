@@ -16,9 +16,14 @@ __all__ = [
     'ACTIVITY_HELP',
     'ACTIVITY_LABELS',
     'ACTIVITY_NAME',
+    'BADPUT_CAUSES',
+    'CHECKPOINT_RESTORE_OPERATION',
+    'CHECKPOINT_SAVE_OPERATION',
     'CONDUCTOR_REQUEST_STATES',
     'CURRENT_STATE_HELP',
     'CURRENT_STATE_NAME',
+    'CUSTOM_BADPUT_PREFIX',
+    'JOB_GAUGES',
     'SESSION_GPU_ACTIVE_UTIL_THRESHOLD',
     'SESSION_SLEAP_PROCESSES',
     'SESSION_SUBJECT_FIELD',
@@ -56,6 +61,14 @@ ACTIVITY_LABELS: list[str]
 CURRENT_STATE_NAME: str
 CURRENT_STATE_HELP: str
 
+# The goodput marks (higgsmeter.job): their gauges as (name, help), in the catalog's
+# order, and the operations and causes of the collector's job view.
+JOB_GAUGES: list[tuple[str, str]]
+CHECKPOINT_SAVE_OPERATION: str
+CHECKPOINT_RESTORE_OPERATION: str
+CUSTOM_BADPUT_PREFIX: str
+BADPUT_CAUSES: tuple[str, ...]
+
 class ConfigError(ValueError): ...
 
 @final
@@ -84,6 +97,11 @@ class Tracker:
     @property
     def current_operation(self) -> str: ...
     def snapshot(self) -> tuple[list[tuple[str, str, float]], int, float]: ...
+    def record_step(self, step: int) -> None: ...
+    def checkpoint_save(self, step: int) -> StateScope: ...
+    def checkpoint_restore(self, step: int) -> StateScope: ...
+    def badput(self, cause: str, state: AppState | None = None) -> StateScope: ...
+    def job_marks(self) -> dict[str, int | float]: ...
 
 @final
 class SpanRef: ...

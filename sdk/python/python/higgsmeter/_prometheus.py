@@ -4,8 +4,10 @@ On a tracking rank, ``enable_tracker`` registers a collector in ``REGISTRY`` (wh
 ``prometheus_client`` is installed), so an existing ``start_http_server`` or
 ``generate_latest`` shows ``worker_activity_time_seconds_total{state,operation}`` and
 ``worker_current_state`` as the seed's did, with the current state's time so far
-included at every scrape. A tracker that is off (a rank that does not track) shows
-neither.
+included at every scrape, and the goodput marks (``higgsmeter.job``:
+``higgsmeter_job_step``, ``higgsmeter_job_checkpoint_step``,
+``higgsmeter_job_checkpoint_productive_seconds``, ``higgsmeter_job_restored_step``), each
+once set. A tracker that is off (a rank that does not track) shows none of them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from higgsmeter._core import ACTIVITY_LABELS
 from higgsmeter._core import ACTIVITY_NAME
 from higgsmeter._core import CURRENT_STATE_HELP as CURRENT_HELP
 from higgsmeter._core import CURRENT_STATE_NAME as CURRENT_NAME
+from higgsmeter._core import JOB_GAUGES
 
 
 class ActivityCollector:
@@ -32,6 +35,7 @@ class ActivityCollector:
         return [
             CounterMetricFamily(ACTIVITY_NAME, ACTIVITY_HELP, labels=list(ACTIVITY_LABELS)),
             GaugeMetricFamily(CURRENT_NAME, CURRENT_HELP),
+            *(GaugeMetricFamily(name, help) for name, help in JOB_GAUGES),
         ]
 
     def collect(self):
@@ -47,6 +51,10 @@ class ActivityCollector:
             activity.add_metric([state, operation], seconds)
         yield activity
         yield GaugeMetricFamily(CURRENT_NAME, CURRENT_HELP, value=current)
+        marks = tracker.job_marks()
+        for name, help in JOB_GAUGES:
+            if name in marks:
+                yield GaugeMetricFamily(name, help, value=marks[name])
 
 
 def register(tracker):
