@@ -20,7 +20,9 @@
 //!   `badput.*`); `other` (`cpu`, `shutdown`, overflow); `wasted_progress`: of an
 //!   incarnation followed by another, the `gpu` seconds after the last checkpoint it
 //!   saved at or before the step the next one restored (all of them when it saved
-//!   none, or the next one restored nothing); `recovery`: the gaps.
+//!   none, or the next one restored nothing); `recovery`: the gaps, from the end of an
+//!   incarnation's tracked time (its last point, or the `finalize()` before it) to the
+//!   next one's begin.
 //!
 //! Goodput plus every cause equals the time, by construction.
 
@@ -53,8 +55,9 @@ pub(crate) struct JobSourceReading {
     pub(crate) step: Option<f64>,
     /// `higgsmeter_job_checkpoint_step`.
     pub(crate) checkpoint_step: Option<f64>,
-    /// `higgsmeter_job_checkpoint_productive_seconds`.
-    pub(crate) checkpoint_productive: Option<f64>,
+    /// `higgsmeter_job_checkpoint_productive_seconds`: (its `step` label, or the
+    /// checkpoint step when it has none; the seconds).
+    pub(crate) checkpoints: Vec<(Option<f64>, f64)>,
     /// `higgsmeter_job_restored_step`.
     pub(crate) restored_step: Option<f64>,
     /// Whether it pushed within `stale_after`.
@@ -71,7 +74,8 @@ pub(crate) struct Incarnation {
     /// When its counting began (unix ns): its last point's time less its tracked
     /// seconds.
     pub(crate) begin_unix_nanos: u64,
-    /// Its last point's time (unix ns).
+    /// Where its tracked time ends (unix ns): its begin plus its tracked seconds at its
+    /// last point (that point's time, or the `finalize()` before it).
     pub(crate) end_unix_nanos: u64,
     /// Activity seconds per (state, operation) at its last point.
     pub(crate) seconds: Vec<(String, String, f64)>,
@@ -255,17 +259,31 @@ impl JobLedger {
                 }
             };
             let rec = &mut incarnations[pos];
-            if r.time_unix_nanos >= rec.end_unix_nanos {
-                rec.end_unix_nanos = r.time_unix_nanos;
+            // Where its tracked time ends: its begin plus its seconds. The last point's
+            // own time, but for one that `finalize()` stopped before its final export:
+            // then the seconds end at the stop, and the recovery starts there.
+            let end = rec
+                .begin_unix_nanos
+                .saturating_add((tracked * 1e9).round() as u64);
+            if end >= rec.end_unix_nanos {
+                rec.end_unix_nanos = end;
                 rec.seconds.clone_from(&r.seconds);
             }
             rec.live = r.live;
             rec.step = r.step.or(rec.step);
             rec.restored_step = r.restored_step.or(rec.restored_step);
-            if let (Some(step), Some(productive)) = (r.checkpoint_step, r.checkpoint_productive)
-                && rec.checkpoints.last().is_none_or(|(s, _)| *s != step)
-            {
-                rec.checkpoints.push((step, productive));
+            // Every checkpoint the reading carries, kept in step order, once each.
+            for (step, productive) in &r.checkpoints {
+                let Some(step) = step.or(r.checkpoint_step) else {
+                    continue;
+                };
+                match rec.checkpoints.iter_mut().find(|(s, _)| *s == step) {
+                    Some(entry) => entry.1 = *productive,
+                    None => {
+                        rec.checkpoints.push((step, *productive));
+                        rec.checkpoints.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    }
+                }
             }
         }
     }
@@ -435,7 +453,7 @@ mod tests {
             time_unix_nanos: (end_s * 1e9) as u64,
             step: None,
             checkpoint_step: None,
-            checkpoint_productive: None,
+            checkpoints: Vec::new(),
             restored_step: None,
             live: true,
         }
@@ -460,7 +478,7 @@ mod tests {
         );
         first.step = Some(90.0);
         first.checkpoint_step = Some(50.0);
-        first.checkpoint_productive = Some(40.0);
+        first.checkpoints = vec![(None, 40.0)];
         ledger.update(&[first]);
         // Incarnation 1: begins at 1130 s (30 s of recovery), restores step 50.
         let mut second = reading(

@@ -186,7 +186,10 @@ fn a_restart_from_a_checkpoint_through_a_collector_restart_adds_up_exactly() {
                 let ranks = jobs["jobs"][0]["ranks"].as_array()?.clone();
                 ranks
                     .iter()
-                    .any(|r| r["rank"] == rank.to_string() && r["incarnations"][0]["step"] == 15.0)
+                    .any(|r| {
+                        r["rank"].as_str() == Some(&*rank.to_string())
+                            && r["incarnations"][0]["step"] == 15.0
+                    })
                     .then_some(())
             },
         );

@@ -54,15 +54,17 @@ pub const JOB_CHECKPOINT_STEP: Family = Family {
     fleet: Fleet::PerSource,
 };
 
-/// `higgsmeter_job_checkpoint_productive_seconds` (gauge): this process's productive
-/// `gpu` seconds (all but custom badput's, `badput.*` operations) when it saved its
-/// last checkpoint: the progress that checkpoint keeps.
+/// `higgsmeter_job_checkpoint_productive_seconds` (gauge): per checkpoint this process
+/// saved (label `step`, the last eight), its productive `gpu` seconds (all but custom
+/// badput's, `badput.*` operations) when it was saved: the progress it keeps. Every
+/// export carries the last eight, so a reader sees each one even when several are saved
+/// between two of its readings.
 pub const JOB_CHECKPOINT_PRODUCTIVE: Family = Family {
     name: "higgsmeter_job_checkpoint_productive_seconds",
     kind: Kind::Gauge,
-    help: "This process's gpu seconds when it saved its last checkpoint",
+    help: "Per checkpoint this process saved (the last eight), its gpu seconds when saved",
     unit: "s",
-    labels: &[],
+    labels: &["step"],
     buckets: &[],
     fleet: Fleet::PerSource,
 };

@@ -271,8 +271,15 @@ impl Tracker {
     pub fn checkpoint_saved(&self, step: u64) {
         let gpu = self.productive_gpu_nanos();
         let marks = self.marks();
+        let step = step.min(MAX_STEP);
         marks.checkpoint_gpu_nanos.set(gpu);
-        marks.checkpoint_step.set(step.min(MAX_STEP));
+        marks.checkpoint_step.set(step);
+        let mut recent = marks.recent.lock().unwrap_or_else(|e| e.into_inner());
+        recent.retain(|(s, _)| *s != step);
+        if recent.len() >= crate::tracker::RECENT_CHECKPOINTS {
+            recent.pop_front();
+        }
+        recent.push_back((step, gpu));
     }
 
     /// Records a checkpoint of `step` restored, without a scope (see

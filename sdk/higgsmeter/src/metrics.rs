@@ -89,9 +89,17 @@ pub fn register_activity_instruments(meter: &Meter, tracker: Tracker) -> Activit
             if !tracker.is_enabled() {
                 return;
             }
-            if let Some(nanos) = tracker.marks().checkpoint_gpu_nanos.get() {
-                // The conversion of the activity seconds (`SnapshotEntry::seconds`).
-                observer.observe(nanos as f64 / 1e9, &[]);
+            // One point per recent checkpoint, labelled with its step (the seconds
+            // converted as the activity seconds are, `SnapshotEntry::seconds`).
+            let recent = tracker
+                .marks()
+                .recent
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            for (step, nanos) in recent {
+                let step = i64::try_from(step).unwrap_or(i64::MAX);
+                observer.observe(nanos as f64 / 1e9, &[KeyValue::new("step", step)]);
             }
         })
         .build();

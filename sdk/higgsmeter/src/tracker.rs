@@ -117,7 +117,15 @@ pub(crate) struct Marks {
     pub(crate) checkpoint_gpu_nanos: Mark,
     /// The step of the checkpoint restored.
     pub(crate) restored_step: Mark,
+    /// The last [`RECENT_CHECKPOINTS`] checkpoints saved, oldest first: (step, `gpu`
+    /// nanoseconds kept). Every export carries them all, so the collector sees each
+    /// checkpoint even when several are saved between two of its readings. Behind a lock:
+    /// a save is rare.
+    pub(crate) recent: Mutex<std::collections::VecDeque<(u64, u64)>>,
 }
+
+/// How many of the last checkpoints every export carries.
+pub(crate) const RECENT_CHECKPOINTS: usize = 8;
 
 /// One mark: unset (0) until the first [`set`](Mark::set), then the value plus one.
 #[derive(Debug, Default)]

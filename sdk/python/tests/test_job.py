@@ -91,7 +91,7 @@ def test_a_training_loop_s_marks_reach_the_registry():
     assert values[(STEP, ())] == 404
     assert values[(CHECKPOINT_STEP, ())] == 403
     assert values[(RESTORED, ())] == 400
-    assert values[(PRODUCTIVE, ())] == marks[PRODUCTIVE]
+    assert values[(PRODUCTIVE, (('step', '403'),))] == marks[PRODUCTIVE]
 
     entries = totals(state_tracker.snapshot()[0])
     assert entries[('io', 'checkpoint_save')] > 0

@@ -5,6 +5,7 @@ mod support;
 
 mod architecture;
 mod config_lint;
+mod goodput_e2e;
 mod prometheus_e2e;
 mod restart_e2e;
 mod rules;

@@ -52,7 +52,7 @@ pub(crate) fn job_read(store: &Store, now: u64) -> Vec<JobSourceReading> {
                 time_unix_nanos: 0,
                 step: None,
                 checkpoint_step: None,
-                checkpoint_productive: None,
+                checkpoints: Vec::new(),
                 restored_step: None,
                 live: store.is_live(src.last_seen(), now),
             },
@@ -93,11 +93,14 @@ pub(crate) fn job_read(store: &Store, now: u64) -> Vec<JobSourceReading> {
                 entry.seconds.push((st.to_owned(), op.to_owned(), *value));
                 entry.time_unix_nanos = entry.time_unix_nanos.max(state.time);
             }
-            (1..=4, Value::Gauge { value, .. }) if value.is_finite() => {
+            (3, Value::Gauge { value, .. }) if value.is_finite() => {
+                let step = s.attr("step").and_then(|v| v.parse::<f64>().ok());
+                entry.checkpoints.push((step, *value));
+            }
+            (1 | 2 | 4, Value::Gauge { value, .. }) if value.is_finite() => {
                 let slot = match role {
                     1 => &mut entry.step,
                     2 => &mut entry.checkpoint_step,
-                    3 => &mut entry.checkpoint_productive,
                     _ => &mut entry.restored_step,
                 };
                 *slot = Some(*value);

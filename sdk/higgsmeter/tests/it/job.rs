@@ -23,8 +23,19 @@ use higgsmeter::{AppState, Telemetry, Tracker};
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
 
-/// The job gauges of one export: family name → value (a step as `f64`).
+/// The job gauges of one export: family name → value (a step as `f64`); for the
+/// checkpoint's productive seconds (one point per recent checkpoint, labelled `step`),
+/// the latest checkpoint's.
 fn job_gauges(rm: &ResourceMetrics) -> BTreeMap<String, f64> {
+    job_points(rm)
+        .into_iter()
+        .filter_map(|(name, points)| points.last().map(|(_, v)| (name, *v)))
+        .collect()
+}
+
+/// Every point of the job gauges of one export: family name → (its `step` label or
+/// -1, value), in step order. Each point carries exactly its family's catalog labels.
+fn job_points(rm: &ResourceMetrics) -> BTreeMap<String, Vec<(i64, f64)>> {
     let mut out = BTreeMap::new();
     for m in rm.scope_metrics().flat_map(|sm| sm.metrics()) {
         let Some(family) = JOB_FAMILIES.iter().find(|f| f.name == m.name()) else {
@@ -32,26 +43,30 @@ fn job_gauges(rm: &ResourceMetrics) -> BTreeMap<String, f64> {
         };
         assert_eq!(m.description(), family.help);
         assert_eq!(m.unit(), family.unit);
-        let mut points: Vec<f64> = match m.data() {
+        let label = |attrs: Vec<&opentelemetry::KeyValue>| -> i64 {
+            let keys: Vec<&str> = attrs.iter().map(|kv| kv.key.as_str()).collect();
+            assert_eq!(keys, family.labels, "{}: its catalog labels", m.name());
+            attrs
+                .first()
+                .map_or(-1, |kv| kv.value.to_string().parse().expect("a step"))
+        };
+        let mut points: Vec<(i64, f64)> = match m.data() {
             AggregatedMetrics::I64(MetricData::Gauge(g)) => g
                 .data_points()
-                .map(|p| {
-                    assert_eq!(p.attributes().count(), 0, "{}: no labels", m.name());
-                    p.value() as f64
-                })
+                .map(|p| (label(p.attributes().collect()), p.value() as f64))
                 .collect(),
             AggregatedMetrics::F64(MetricData::Gauge(g)) => g
                 .data_points()
-                .map(|p| {
-                    assert_eq!(p.attributes().count(), 0, "{}: no labels", m.name());
-                    p.value()
-                })
+                .map(|p| (label(p.attributes().collect()), p.value()))
                 .collect(),
             other => panic!("{} is not a gauge: {other:?}", m.name()),
         };
-        assert!(points.len() <= 1, "{}: {points:?}", m.name());
-        if let Some(v) = points.pop() {
-            out.insert(m.name().to_owned(), v);
+        points.sort_by_key(|p| p.0);
+        if family.labels.is_empty() {
+            assert!(points.len() <= 1, "{}: {points:?}", m.name());
+        }
+        if !points.is_empty() {
+            out.insert(m.name().to_owned(), points);
         }
     }
     out
@@ -537,4 +552,30 @@ fn a_bad_incarnation_fails_init_naming_the_variable() {
             "{lines:?}"
         );
     }
+}
+
+/// Every export carries the last eight checkpoints, each labelled with its step: a
+/// reader that sees only every other export still sees every checkpoint.
+#[test]
+fn every_export_carries_the_last_eight_checkpoints() {
+    let (tracker, clock, dispatch) = manual();
+    let exporter = InMemoryMetricExporter::default();
+    let telemetry = crate::support::with_memory_exporter(&tracker, exporter.clone())
+        .init()
+        .unwrap();
+    tracing::dispatcher::with_default(&dispatch, || {
+        tracker.set_state(AppState::Gpu, "train_step");
+        for step in 1..=10u64 {
+            clock.advance(ms(1_000));
+            drop(tracker.checkpoint_save(step * 10));
+        }
+    });
+    let points = job_points(&export(&telemetry, &exporter));
+    let want: Vec<(i64, f64)> = (3..=10).map(|k| (k * 10, k as f64)).collect();
+    assert_eq!(points[JOB_CHECKPOINT_PRODUCTIVE.name], want);
+    assert_eq!(
+        job_gauges(&export(&telemetry, &exporter))[JOB_CHECKPOINT_STEP.name],
+        100.0
+    );
+    drop(telemetry);
 }

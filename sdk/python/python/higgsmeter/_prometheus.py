@@ -20,6 +20,15 @@ from higgsmeter._core import CURRENT_STATE_HELP as CURRENT_HELP
 from higgsmeter._core import CURRENT_STATE_NAME as CURRENT_NAME
 from higgsmeter._core import JOB_GAUGES
 
+# The checkpoint's productive seconds carry the checkpoint's step as a label (the
+# catalog's); this registry shows the last checkpoint, the OTLP export the last eight.
+_PRODUCTIVE = 'higgsmeter_job_checkpoint_productive_seconds'
+_CHECKPOINT_STEP = 'higgsmeter_job_checkpoint_step'
+
+
+def _labels(name):
+    return ['step'] if name == _PRODUCTIVE else []
+
 
 class ActivityCollector:
     """A ``prometheus_client`` collector over a tracker's live snapshot."""
@@ -35,7 +44,7 @@ class ActivityCollector:
         return [
             CounterMetricFamily(ACTIVITY_NAME, ACTIVITY_HELP, labels=list(ACTIVITY_LABELS)),
             GaugeMetricFamily(CURRENT_NAME, CURRENT_HELP),
-            *(GaugeMetricFamily(name, help) for name, help in JOB_GAUGES),
+            *(GaugeMetricFamily(name, help, labels=_labels(name)) for name, help in JOB_GAUGES),
         ]
 
     def collect(self):
@@ -53,7 +62,13 @@ class ActivityCollector:
         yield GaugeMetricFamily(CURRENT_NAME, CURRENT_HELP, value=current)
         marks = tracker.job_marks()
         for name, help in JOB_GAUGES:
-            if name in marks:
+            if name not in marks:
+                continue
+            if name == _PRODUCTIVE:
+                family = GaugeMetricFamily(name, help, labels=['step'])
+                family.add_metric([str(marks.get(_CHECKPOINT_STEP, ''))], marks[name])
+                yield family
+            else:
                 yield GaugeMetricFamily(name, help, value=marks[name])
 
 
