@@ -10,6 +10,9 @@ use higgsmeter::{AppState, Protocol, Telemetry, state_tracker};
 /// The `service.name` every demo worker reports (the collector's tests look for it).
 pub(crate) const SERVICE_NAME: &str = "demo-worker";
 
+/// The `job.id` of the demo's ranks: one training job.
+pub(crate) const DEMO_JOB: &str = "demo-training";
+
 /// Settings of the hidden `demo worker` subcommand.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct WorkerOptions {
@@ -57,6 +60,9 @@ pub(crate) fn run(options: &WorkerOptions) -> Result<(), higgsmeter::Error> {
         .with_export_interval(options.export_interval)
         .with_resource_attribute("rank", i64::from(options.rank))
         .with_resource_attribute("world_size", i64::from(options.world_size))
+        // The demo's ranks are one training job: the cluster page's job section and
+        // the collector's goodput families show it.
+        .with_resource_attribute(higgsmeter::catalog::JOB_ID_ATTRIBUTE, DEMO_JOB)
         .init()?;
     let stop = Arc::new(AtomicBool::new(false));
     if options.exit_on_stdin_eof {
@@ -80,6 +86,7 @@ pub(crate) fn run(options: &WorkerOptions) -> Result<(), higgsmeter::Error> {
     let mut seed =
         0x9e37_79b9_7f4a_7c15u64 ^ u64::from(options.rank).wrapping_mul(0x2545_f491_4f6c_dd1d);
     let started = Instant::now();
+    let mut step = 0u64;
     while !stop.load(Ordering::Relaxed) && options.duration.is_none_or(|d| started.elapsed() < d) {
         seed = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = seed;
@@ -97,8 +104,19 @@ pub(crate) fn run(options: &WorkerOptions) -> Result<(), higgsmeter::Error> {
             pick -= w;
         }
         let (state, op) = states[which];
-        let _scope = tracker.scope(state, op);
-        std::thread::sleep(Duration::from_millis(20 + (z >> 40) % 120));
+        {
+            let _scope = tracker.scope(state, op);
+            std::thread::sleep(Duration::from_millis(20 + (z >> 40) % 120));
+        }
+        // A gpu phase is a training step; every 50th is checkpointed.
+        if state == AppState::Gpu {
+            step += 1;
+            higgsmeter::job::record_step(step);
+            if step % 50 == 0 {
+                let _save = higgsmeter::job::checkpoint_save(step);
+                std::thread::sleep(Duration::from_millis(30));
+            }
+        }
     }
     tracker.set_state(AppState::Shutdown, "");
     let snapshot = tracker.snapshot();
