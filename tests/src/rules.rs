@@ -54,7 +54,7 @@ impl Flavour {
 
     /// The directory its rule files (and their unit tests) live in.
     pub fn dir(self) -> PathBuf {
-        let rules = crate::repo_root().join("otel-config/rules");
+        let rules = higgsmeter_testkit::repo_root().join("otel-config/rules");
         match self {
             Flavour::Scrape => rules,
             Flavour::RemoteWrite => rules.join("remote-write"),
@@ -152,7 +152,7 @@ impl Flavour {
 
 /// Every rule file of every flavour: (its path, what the templates render to).
 pub fn rendered() -> anyhow::Result<Vec<(PathBuf, String)>> {
-    let source = crate::repo_root().join("otel-config/rules/source");
+    let source = higgsmeter_testkit::repo_root().join("otel-config/rules/source");
     let mut out = Vec::new();
     for (template, name) in TEMPLATES {
         let path = source.join(template);

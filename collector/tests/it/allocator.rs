@@ -5,31 +5,24 @@
 //! What they save is measured, not asserted here (BENCHMARKS.md, *Footprint*).
 
 use std::collections::BTreeMap;
-use std::io::BufRead as _;
-use std::process::{Command, Stdio};
 
 use crate::support::*;
 
 /// The environment of a started collector (`set`: variables the test gives it).
 fn environment_of_a_collector(set: &[(&str, &str)]) -> BTreeMap<String, String> {
-    let mut cmd = Command::new(collector_bin());
-    cmd.args(EPHEMERAL_PORTS)
+    let mut collector = CollectorProcess::builder()
         .args(["--storage", "none"])
         .env_remove("MIMALLOC_PURGE_DELAY")
         .env_remove("MIMALLOC_ARENA_EAGER_COMMIT")
-        .envs(set.iter().copied())
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stdin(Stdio::null());
-    let mut child = cmd.spawn().expect("start the collector");
-    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("the startup line");
-    assert!(parse_listening(&line).is_some(), "{line:?}");
+        .env("RUST_LOG", "warn");
+    for (k, v) in set {
+        collector = collector.env(k, v);
+    }
+    // Started: it printed its listening line.
+    let collector = collector.start();
     // The process id is the one started: `exec` kept it.
-    let environ = std::fs::read(format!("/proc/{}/environ", child.id())).expect("environ");
-    let _ = child.kill();
-    let _ = child.wait();
+    let environ = std::fs::read(format!("/proc/{}/environ", collector.pid())).expect("environ");
+    drop(collector);
     environ
         .split(|b| *b == 0)
         .filter_map(|kv| {

@@ -549,18 +549,6 @@ fn a_runaway_rank_folds_into_its_overflow_and_never_locks_the_others_out() {
     );
 }
 
-/// The resident memory of process `pid`, in MiB.
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS");
-    kib / 1024.0
-}
-
 /// 200,000 distinct new sources, a thousand a request, at a collector with an 8 MiB
 /// budget (8,192 series: 128 sources' reserves): those past the budget are refused with
 /// a message that says what to raise, the memory stays bounded, and a live source keeps
@@ -583,7 +571,7 @@ fn a_flood_of_new_sources_is_refused_past_the_budget_and_live_sources_go_on() {
         assert_eq!(resp.partial_success, None);
     };
     steady(2, 1.0, 2);
-    let before = rss_mib(collector.child.id());
+    let before = collector.rss_mib();
     let mut refused = 0;
     let mut message = String::new();
     for n in 0..200u32 {
@@ -602,7 +590,7 @@ fn a_flood_of_new_sources_is_refused_past_the_budget_and_live_sources_go_on() {
             }
         }
     }
-    let after = rss_mib(collector.child.id());
+    let after = collector.rss_mib();
     assert!(refused > 190_000, "most of the flood is refused: {refused}");
     assert!(
         message.contains("new source refused") && message.contains("memory_limit_mib"),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::support::{CollectorProcess, Sample, temp_dir, wait_for_or};
+use crate::support::{CollectorProcess, Sample, bins, temp_dir, wait_for_or};
 
 /// Environment variable that turns this test binary into a fixed-state worker:
 /// `RANK STATE ENDPOINT`.
@@ -231,7 +231,7 @@ fn fixed_worker(rank: u32, state: &str, endpoint: &str) -> Killed {
 }
 
 fn demo_worker(rank: u32, endpoint: &str) -> Killed {
-    let child = Command::new(crate::support::demo_bin())
+    let child = Command::new(bins::demo())
         .args(["worker", "--rank", &rank.to_string(), "--world-size", "4"])
         .args(["--endpoint", endpoint, "--interval-ms", "200"])
         .args(["--exit-on-stdin-eof"])
@@ -940,7 +940,7 @@ fn readme_screenshot_of_the_demo() {
         .port();
     let prometheus = format!("127.0.0.1:{port}");
     let _demo = Killed(
-        Command::new(crate::support::demo_bin())
+        Command::new(bins::demo())
             .args(["--plain", "--duration", "200", "--ranks", "4"])
             .args(["--grpc", "127.0.0.1:0", "--http", "127.0.0.1:0"])
             .args(["--prometheus", &prometheus])

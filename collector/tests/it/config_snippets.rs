@@ -4,12 +4,12 @@
 //! pointed at files made here); the README's TLS example starts; a `service.extensions`
 //! list without `file_storage` keeps the default storage and the log says where it is.
 
-use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
+use std::time::Duration;
 
 use crate::support::*;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use higgsmeter_testkit::pki::Pki;
 
 /// Files of another program's config, not the collector's: what each is for.
 const NOT_OURS: &[(&str, &str)] = &[
@@ -20,35 +20,24 @@ const NOT_OURS: &[(&str, &str)] = &[
     ("prometheus.yml", "Prometheus' scrape config"),
 ];
 
-/// A CA, a certificate for localhost signed by it with its key, and a token file.
+/// A CA, a certificate for localhost signed by it with its key (the kit's PKI), and a
+/// token file.
 struct Files {
-    dir: PathBuf,
+    pki: Pki,
 }
 
 impl Files {
     fn new() -> Files {
-        let dir = temp_dir("snippet-files");
-        let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name.push(DnType::CommonName, "snippet CA");
-        let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("key")).expect("CA");
-        let key = KeyPair::generate().expect("key");
-        let cert = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-            .expect("params")
-            .signed_by(&key, &ca)
-            .expect("sign");
-        std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write");
-        std::fs::write(dir.join("cert.pem"), cert.pem()).expect("write");
-        std::fs::write(dir.join("key.pem"), key.serialize_pem()).expect("write");
-        std::fs::write(dir.join("token"), "snippet-token\n").expect("write");
-        Files { dir }
+        let pki = Pki::new("snippet CA");
+        std::fs::write(pki.dir().join("token"), "snippet-token\n").expect("write");
+        Files { pki }
     }
 
     /// The file standing in for `key`'s value.
     fn for_key(&self, key: &str) -> PathBuf {
-        self.dir.join(match key {
-            "cert_file" => "cert.pem",
-            "key_file" => "key.pem",
+        self.pki.dir().join(match key {
+            "cert_file" => "server.pem",
+            "key_file" => "server.key",
             "ca_file" | "client_ca_file" => "ca.pem",
             _ => "token",
         })
@@ -162,7 +151,7 @@ fn snippets() -> Vec<(String, String)> {
 fn check(yaml: &str) -> (bool, String) {
     let path = temp_dir("snippet").join("config.yaml");
     std::fs::write(&path, yaml).expect("write");
-    let out = Command::new(collector_bin())
+    let out = Command::new(bins::collector())
         .arg("--config")
         .arg(&path)
         .arg("--check-config")
@@ -239,39 +228,16 @@ fn extensions_without_file_storage_keep_the_default_storage_and_the_log_says_whe
     // Started in a scratch working directory: the default storage is created there,
     // and the start log names it.
     let cwd = temp_dir("default-storage");
-    let config = cwd.join("collector.yaml");
-    std::fs::write(&config, yaml).expect("write");
-    let mut child = Command::new(collector_bin())
+    let mut collector = CollectorProcess::builder()
         .current_dir(&cwd)
-        .arg("--config")
-        .arg(&config)
-        .args(EPHEMERAL_PORTS)
+        .config(yaml)
         .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the collector");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("the startup line");
-    assert!(parse_listening(&line).is_some(), "{line:?}");
+        .capture_stderr(None)
+        .start();
     // SIGTERM: a clean stop writes the final checkpoint.
-    let killed = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .expect("kill");
-    assert!(killed.success());
-    let status = child.wait().expect("wait");
-    let mut log = String::new();
-    child
-        .stderr
-        .take()
-        .expect("stderr")
-        .read_to_string(&mut log)
-        .expect("read the log");
+    collector.sigterm();
+    let status = collector.wait_exit(Duration::from_secs(30));
+    let log = collector.log_to_end(Duration::from_secs(10));
     assert!(status.success(), "{status:?}\n{log}");
     let state = cwd
         .join("higgsmeter-data")

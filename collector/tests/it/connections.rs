@@ -16,16 +16,14 @@
 //! was measured is printed.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead as _, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::support::*;
 use higgsmeter_catalog::WORKER_ACTIVITY_TIME;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+use higgsmeter_testkit::pki::Pki;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -79,164 +77,39 @@ fn scaled(wanted: usize, kinds: usize) -> usize {
 }
 
 /// A collector with its stderr captured (to check the shutdown was clean).
-struct Collector {
-    child: Child,
-    grpc: SocketAddr,
-    http: SocketAddr,
-    prometheus: SocketAddr,
-    stderr: Arc<Mutex<String>>,
+fn start_collector(yaml: &str) -> CollectorProcess {
+    CollectorProcess::builder()
+        .config(yaml)
+        .args(["--storage", "none"])
+        .env("RUST_LOG", "info")
+        .capture_stderr(None)
+        .start()
 }
 
-impl Collector {
-    fn start(yaml: &str) -> Collector {
-        let path = temp_dir("conn-config").join("collector.yaml");
-        std::fs::write(&path, yaml).expect("write config");
-        let mut child = Command::new(collector_bin())
-            .args(EPHEMERAL_PORTS)
-            .arg("--config")
-            .arg(&path)
-            .args(["--storage", "none"])
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start the collector");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let err = BufReader::new(child.stderr.take().expect("stderr"));
-        let sink = stderr.clone();
-        std::thread::spawn(move || {
-            for line in err.lines().map_while(Result::ok) {
-                let mut s = sink
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                s.push_str(&line);
-                s.push('\n');
-            }
-        });
-        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        out.read_line(&mut line).expect("the startup line");
-        let [grpc, http, prometheus] =
-            parse_listening(&line).unwrap_or_else(|| panic!("unexpected startup line {line:?}"));
-        Collector {
-            child,
-            grpc,
-            http,
-            prometheus,
-            stderr,
-        }
-    }
-
-    fn metrics(&self) -> Vec<Sample> {
-        let url = format!("http://{}/metrics", self.prometheus);
-        let text = reqwest::blocking::get(&url)
-            .and_then(|r| r.text())
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        parse_exposition(&text)
-    }
-
-    fn sources(&self) -> Vec<Sample> {
-        let url = format!("http://{}/metrics/sources", self.prometheus);
-        let text = reqwest::blocking::get(&url)
-            .and_then(|r| r.text())
-            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        parse_exposition(&text)
-    }
-
-    fn rss_mib(&self) -> f64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|kb| kb.parse::<f64>().ok())
-            .map_or(0.0, |kb| kb / 1024.0)
-    }
-
-    /// SIGTERM; how long the exit took, and the log.
-    fn terminate(mut self) -> (std::process::ExitStatus, Duration, String) {
-        let started = Instant::now();
-        let status = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status()
-            .expect("kill");
-        assert!(status.success());
-        loop {
-            if let Some(status) = self.child.try_wait().expect("wait") {
-                let took = started.elapsed();
-                std::thread::sleep(Duration::from_millis(100));
-                let log = self
-                    .stderr
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                    .clone();
-                return (status, took, log);
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "the collector did not exit after SIGTERM"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
+/// SIGTERM; how long the exit took, and the log.
+fn terminate(mut c: CollectorProcess) -> (std::process::ExitStatus, Duration, String) {
+    let started = Instant::now();
+    c.sigterm();
+    let status = c.wait_exit(Duration::from_secs(30));
+    let took = started.elapsed();
+    (status, took, c.log_to_end(Duration::from_secs(5)))
 }
 
-impl Drop for Collector {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A CA and a server certificate for `localhost` and `127.0.0.1`.
-struct Pki {
-    dir: PathBuf,
-    ca: rustls_pki_types::CertificateDer<'static>,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = temp_dir("conn-pki");
-        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "connections test CA");
-        let ca =
-            CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("CA");
-        std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write");
-        let key = KeyPair::generate().expect("key");
-        let params = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-            .expect("params");
-        let cert = params.signed_by(&key, &ca).expect("sign");
-        std::fs::write(dir.join("server.pem"), cert.pem()).expect("write");
-        std::fs::write(dir.join("server.key"), key.serialize_pem()).expect("write");
-        Pki {
-            dir,
-            ca: ca.der().clone(),
-        }
-    }
-
-    fn path(&self, file: &str) -> String {
-        self.dir.join(file).display().to_string()
-    }
-
-    fn client(&self, alpn: &[u8]) -> tokio_rustls::TlsConnector {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.ca.clone()).expect("the CA");
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .expect("versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        config.alpn_protocols = vec![alpn.to_vec()];
-        tokio_rustls::TlsConnector::from(Arc::new(config))
-    }
+/// A TLS client trusting only `pki`'s CA, offering `alpn`.
+fn tls_client(pki: &Pki, alpn: &[u8]) -> tokio_rustls::TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls_pki_types::CertificateDer::from(pki.ca().der()))
+        .expect("the CA");
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
 /// What a stuck connection does after connecting.
@@ -378,10 +251,13 @@ fn attack(
             for &(port, addr) in ports {
                 for &kind in kinds {
                     let connector = tls.map(|pki| {
-                        pki.client(match port {
-                            Port::Grpc => b"h2",
-                            Port::Http => b"http/1.1",
-                        })
+                        tls_client(
+                            pki,
+                            match port {
+                                Port::Grpc => b"h2",
+                                Port::Http => b"http/1.1",
+                            },
+                        )
                     });
                     let permit = connecting.clone().acquire_owned().await.expect("semaphore");
                     tasks.spawn(async move {
@@ -420,8 +296,8 @@ fn attack(
 
 /// The collector's `connections_closed_total` for `transport`, by reason, and its
 /// `connections_refused_total`.
-fn closes(c: &Collector, transport: &str) -> (BTreeMap<String, f64>, f64) {
-    let m = c.metrics();
+fn closes(c: &CollectorProcess, transport: &str) -> (BTreeMap<String, f64>, f64) {
+    let m = c.fleet();
     let closed = m
         .iter()
         .filter(|s| {
@@ -451,7 +327,7 @@ fn summary(times: &mut [Duration]) -> String {
 }
 
 /// Starts the Python SDK's exporters (gRPC and HTTP) pushing for `seconds`.
-fn python_pushers(c: &Collector, pki: Option<&Pki>, seconds: f64) -> Vec<(u32, Child)> {
+fn python_pushers(c: &CollectorProcess, pki: Option<&Pki>, seconds: f64) -> Vec<(u32, Child)> {
     let script = repo_root().join("collector/tests/python/push_loop.py");
     let (grpc, http) = match pki {
         Some(_) => (
@@ -497,7 +373,7 @@ fn pushed(child: Child) -> f64 {
 
 /// Starts the repo's demo workers (the Rust SDK's OTLP exporters, gRPC and HTTP),
 /// plaintext only: ranks 20 (gRPC) and 21 (HTTP).
-fn sdk_workers(c: &Collector, seconds: f64) -> Vec<(u32, Child)> {
+fn sdk_workers(c: &CollectorProcess, seconds: f64) -> Vec<(u32, Child)> {
     let secs = seconds.to_string();
     let extra = ["--duration", secs.as_str(), "--print-totals"];
     vec![
@@ -513,7 +389,7 @@ fn sdk_workers(c: &Collector, seconds: f64) -> Vec<(u32, Child)> {
 }
 
 /// A demo worker's `worker_activity_time` per `state/operation` as the collector has it.
-fn activity(c: &Collector, rank: u32) -> BTreeMap<String, f64> {
+fn activity(c: &CollectorProcess, rank: u32) -> BTreeMap<String, f64> {
     let rank = rank.to_string();
     c.sources()
         .iter()
@@ -533,7 +409,7 @@ fn activity(c: &Collector, rank: u32) -> BTreeMap<String, f64> {
 
 /// The worker's own totals are the collector's (the shutdown state, read by the
 /// exporter a moment after the worker's snapshot, at least).
-fn worker_totals_arrived(c: &Collector, name: &str, rank: u32, own: &BTreeMap<String, f64>) {
+fn worker_totals_arrived(c: &CollectorProcess, name: &str, rank: u32, own: &BTreeMap<String, f64>) {
     let matches = |seen: &BTreeMap<String, f64>| {
         own.iter().all(|(key, secs)| {
             seen.get(key).is_some_and(|got| {
@@ -558,7 +434,7 @@ fn worker_totals_arrived(c: &Collector, name: &str, rank: u32, own: &BTreeMap<St
 }
 
 /// The collector's `py_push_requests_total` of `rank`.
-fn received(c: &Collector, rank: u32) -> f64 {
+fn received(c: &CollectorProcess, rank: u32) -> f64 {
     sum(
         &c.sources(),
         "py_push_requests_total",
@@ -590,7 +466,7 @@ fn config(tls: Option<&Pki>, per_peer: Option<usize>) -> String {
 /// The whole scenario on one collector: real exporters push while `n` stuck
 /// connections of each kind hit both receivers; then SIGTERM with a fresh batch open.
 fn scenario(name: &str, tls: Option<&Pki>, per_peer: Option<usize>, kinds: &[Stuck], n: usize) {
-    let c = Collector::start(&config(tls, per_peer));
+    let c = start_collector(&config(tls, per_peer));
     let ports = [(Port::Grpc, c.grpc), (Port::Http, c.http)];
     let pushing = 14.0;
     let pushers = python_pushers(&c, tls, pushing);
@@ -676,7 +552,7 @@ fn scenario(name: &str, tls: Option<&Pki>, per_peer: Option<usize>, kinds: &[Stu
         held
     });
     std::thread::sleep(Duration::from_millis(300));
-    let (status, took, log) = c.terminate();
+    let (status, took, log) = terminate(c);
     drop(held);
     assert!(status.success(), "{name}: exit {status}: {log}");
     assert!(
@@ -709,12 +585,12 @@ fn stuck_connections_never_lock_out_real_exporters_over_tls() {
     let _one = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let pki = Pki::new();
+    let pki = Pki::new("connections test CA");
     let n = scaled(1100, 2 * 2 * 2);
     scenario("tls", Some(&pki), None, &[Stuck::Silent, Stuck::Partial], n);
     // A finished handshake, then half an opening inside it (fewer: each is a real TLS
     // handshake on this machine's two cores).
-    let pki = Pki::new();
+    let pki = Pki::new("connections test CA");
     scenario(
         "tls-then-partial",
         Some(&pki),
@@ -751,7 +627,7 @@ fn idle_connections_are_closed_after_their_limit_and_counted() {
     let _one = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let c = Collector::start(
+    let c = start_collector(
         "receivers:\n  otlp:\n    protocols:\n\
          \x20     grpc:\n        endpoint: 127.0.0.1:0\n        max_connection_idle: 1s\n\
          \x20     http:\n        endpoint: 127.0.0.1:0\n        read_header_timeout: 1s\n\

@@ -4,14 +4,14 @@
 //! per-source and fleet series, a bounded SIGTERM with 250 stuck connections, and the
 //! connection cap.
 
-use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::*;
+use higgsmeter_testkit::process::{ChildGuard, LineLog, line_reader};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, Gauge, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
@@ -20,60 +20,48 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 
-/// A collector process with its stderr lines.
+/// A collector process with its stderr lines, which may refuse to start (the kit's
+/// `CollectorProcess` is one that started).
 struct Proc {
-    child: Child,
+    process: ChildGuard,
     addrs: Option<[SocketAddr; 3]>,
-    stderr: mpsc::Receiver<String>,
-    lines: std::cell::RefCell<Vec<String>>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    stderr: LineLog,
+    /// Its stdout after the first line, read (and kept) so that it never blocks.
+    _stdout: std::sync::mpsc::Receiver<String>,
 }
 
 impl Proc {
     /// Runs `program args…` (the collector, or `unshare … collector`) with the
     /// collector's flags, and waits for its listening line (or its exit).
-    fn start(program: &str, args: &[&str]) -> Proc {
-        let mut child = Command::new(program)
-            .args(args)
-            .args(EPHEMERAL_PORTS)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn");
-        let (tx, stderr) = mpsc::channel();
-        let err = child.stderr.take().expect("stderr");
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                eprintln!("collector: {line}");
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        let _ = stdout.read_line(&mut line);
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            let _ = stdout.read_to_string(&mut sink);
-        });
+    fn start(program: &Path, args: &[&str]) -> Proc {
+        let mut process = ChildGuard::spawn(
+            "higgsmeter-collector",
+            Command::new(program)
+                .args(args)
+                .args(EPHEMERAL_PORTS)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        );
+        let stderr = LineLog::capture(
+            process.child().stderr.take().expect("stderr"),
+            Some("collector: "),
+        );
+        let stdout = line_reader(process.child().stdout.take().expect("stdout"));
+        // The first line, or none when it exits.
+        let line = stdout
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_default();
         Proc {
-            child,
+            process,
             addrs: parse_listening(&line),
             stderr,
-            lines: Default::default(),
+            _stdout: stdout,
         }
     }
 
     fn collector(args: &[&str]) -> Proc {
-        Proc::start(collector_bin(), args)
+        Proc::start(&bins::collector(), args)
     }
 
     fn http(&self) -> SocketAddr {
@@ -91,35 +79,18 @@ impl Proc {
         resp.text().expect("body")
     }
 
-    /// Every stderr line so far.
-    fn log(&self) -> Vec<String> {
-        let mut lines = self.lines.borrow_mut();
-        lines.extend(self.stderr.try_iter());
-        lines.clone()
-    }
-
     /// Every stderr line so far, once one contains `needle` (bounded wait).
     fn wait_log(&self, needle: &str) -> Vec<String> {
-        wait_for(Duration::from_secs(20), needle, || {
-            let log = self.log();
-            log.iter().any(|l| l.contains(needle)).then_some(log)
-        })
+        self.stderr.wait_for(needle, Duration::from_secs(20))
     }
 
     fn sigterm(&mut self) {
-        let status = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.child.id().to_string())
-            .status()
-            .expect("kill");
-        assert!(status.success());
+        self.process.sigterm();
     }
 
     /// Waits (bounded) for the process to exit.
     fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
-        wait_for(limit, "the collector to exit", || {
-            self.child.try_wait().expect("wait")
-        })
+        self.process.wait_exit(limit)
     }
 }
 
@@ -232,7 +203,7 @@ fn state_survives_a_restart_with_both_views() {
         200
     );
     let before_fleet = sum(
-        &parse_exposition(&first.scrape("/metrics")),
+        &exposition::parse(&first.scrape("/metrics")),
         "work_total",
         &[],
     );
@@ -263,13 +234,13 @@ fn state_survives_a_restart_with_both_views() {
         post(second.http(), &counters(1, 3, 5.0, start)).status(),
         200
     );
-    let fleet = parse_exposition(&second.scrape("/metrics"));
+    let fleet = exposition::parse(&second.scrape("/metrics"));
     assert_eq!(
         sum(&fleet, "work_total", &[]),
         51.0,
         "continued, not restarted"
     );
-    let sources = parse_exposition(&second.scrape("/metrics/sources"));
+    let sources = exposition::parse(&second.scrape("/metrics/sources"));
     assert_eq!(sum(&sources, "work_total", &[("rank", "0")]), 36.0);
     // The page says the restored state has counted since the first process started.
     let doc = check_times(&second, second_unix, second_at);
@@ -326,7 +297,7 @@ fn a_corrupt_state_file_is_moved_aside_with_one_clear_line() {
         post(collector.http(), &counters(0, 1, 3.0, started_now())).status(),
         200
     );
-    let fleet = parse_exposition(&collector.scrape("/metrics"));
+    let fleet = exposition::parse(&collector.scrape("/metrics"));
     assert_eq!(sum(&fleet, "work_total", &[]), 3.0);
     let log = collector.wait_log("moved aside");
     let lines: Vec<&String> = log.iter().filter(|l| l.contains("moved aside")).collect();
@@ -344,9 +315,11 @@ fn a_corrupt_state_file_is_moved_aside_with_one_clear_line() {
 fn in_tmpfs(dir: &Path, options: &str, collector_args: &[&str]) -> Proc {
     let d = dir.display().to_string();
     let script = format!("mount -t tmpfs -o {options} tmpfs '{d}' && exec \"$0\" \"$@\"");
-    let mut args = vec!["-rm", "sh", "-c", &script, collector_bin()];
+    let collector = bins::collector();
+    let collector = collector.to_str().expect("a UTF-8 path");
+    let mut args = vec!["-rm", "sh", "-c", &script, collector];
     args.extend_from_slice(collector_args);
-    Proc::start("unshare", &args)
+    Proc::start(Path::new("unshare"), &args)
 }
 
 #[test]
@@ -388,7 +361,7 @@ fn a_full_disk_is_logged_once_counted_and_ingest_goes_on() {
     wait_for(Duration::from_secs(20), "a successful checkpoint", || {
         let text = p.scrape("/metrics");
         let ok = sum(
-            &parse_exposition(&text),
+            &exposition::parse(&text),
             "higgsmeter_collector_checkpoints_total",
             &[("outcome", "ok")],
         );
@@ -398,7 +371,7 @@ fn a_full_disk_is_logged_once_counted_and_ingest_goes_on() {
     wait_for(Duration::from_secs(20), "failed checkpoints", || {
         let text = p.scrape("/metrics");
         let failed = sum(
-            &parse_exposition(&text),
+            &exposition::parse(&text),
             "higgsmeter_collector_checkpoints_total",
             &[("outcome", "failed")],
         );
@@ -406,7 +379,7 @@ fn a_full_disk_is_logged_once_counted_and_ingest_goes_on() {
     });
     // Ingest goes on.
     assert_eq!(post(p.http(), &counters(2, 1, 7.0, start)).status(), 200);
-    let fleet = parse_exposition(&p.scrape("/metrics"));
+    let fleet = exposition::parse(&p.scrape("/metrics"));
     assert_eq!(sum(&fleet, "work_total", &[]), 2.0 + 2000.0 + 7.0);
     let log = p.wait_log("cannot write the aggregation state");
     let errors = log
@@ -492,7 +465,7 @@ fn connections_past_the_limit_are_refused_clearly_and_counted() {
     );
     let text = p.scrape("/metrics");
     let refused = sum(
-        &parse_exposition(&text),
+        &exposition::parse(&text),
         "higgsmeter_collector_connections_refused_total",
         &[("transport", "http")],
     );
@@ -516,7 +489,7 @@ fn connections_past_the_limit_are_refused_clearly_and_counted() {
 
 #[test]
 fn check_config_says_where_state_lives() {
-    let out = Command::new(collector_bin())
+    let out = Command::new(bins::collector())
         .args(["--storage", "/var/lib/higgsmeter", "--check-config"])
         .output()
         .expect("run");
@@ -526,7 +499,7 @@ fn check_config_says_where_state_lives() {
         text.contains("aggregation state: /var/lib/higgsmeter/higgsmeter-collector.state"),
         "{text}"
     );
-    let out = Command::new(collector_bin())
+    let out = Command::new(bins::collector())
         .args(["--storage", "none", "--check-config"])
         .output()
         .expect("run");
@@ -538,7 +511,7 @@ fn check_config_says_where_state_lives() {
         &dir,
         "extensions:\n  file_storage:\n    directory: /tmp/x\nservice:\n  extensions: []\n",
     );
-    let out = Command::new(collector_bin())
+    let out = Command::new(bins::collector())
         .args(["--config", &config, "--check-config"])
         .output()
         .expect("run");

@@ -157,7 +157,7 @@ fn sigterm_flushes_the_otlp_exporter() {
 #[test]
 fn check_config_validates_and_explains() {
     let shipped = repo_root().join("otel-config/collector.yaml");
-    let out = Command::new(collector_bin())
+    let out = Command::new(bins::collector())
         .arg("--config")
         .arg(&shipped)
         .arg("--check-config")
@@ -176,7 +176,7 @@ fn check_config_validates_and_explains() {
         "exporters:\n  prometheus:\n    endpoint: 127.0.0.1:9464\n    sources_veiw: true\n",
     )
     .expect("write");
-    let out = Command::new(collector_bin())
+    let out = Command::new(bins::collector())
         .arg("--config")
         .arg(&bad)
         .arg("--check-config")
@@ -189,7 +189,7 @@ fn check_config_validates_and_explains() {
         "{err}"
     );
 
-    let out = Command::new(collector_bin())
+    let out = Command::new(bins::collector())
         .arg("--help")
         .output()
         .expect("run");
@@ -201,7 +201,7 @@ fn check_config_validates_and_explains() {
     // A taken port is a clear startup error, not a panic.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = taken.local_addr().expect("addr").to_string();
-    let out = Command::new(collector_bin())
+    let out = Command::new(bins::collector())
         .args([
             "--storage",
             "none",

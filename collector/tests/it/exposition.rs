@@ -78,7 +78,7 @@ fn both_views_are_valid_text_and_openmetrics() {
     for path in ["/metrics", "/metrics/sources"] {
         let text = collector.scrape(path);
         promtool_check(&text);
-        let samples = parse_exposition(&text);
+        let samples = exposition::parse(&text);
         assert_eq!(
             sum(
                 &samples,
@@ -184,7 +184,7 @@ fn a_gauge_without_a_rule_is_never_summed_in_the_fleet_view() {
                 .any(|l| !l.starts_with('#') && l.ends_with(" 121")),
             "{fleet}"
         );
-        let temps: Vec<f64> = parse_exposition(&fleet)
+        let temps: Vec<f64> = exposition::parse(&fleet)
             .iter()
             .filter(|s| s.name.starts_with("board_temperature"))
             .map(|s| s.value)
@@ -193,7 +193,7 @@ fn a_gauge_without_a_rule_is_never_summed_in_the_fleet_view() {
             None => assert!(temps.is_empty(), "{fleet}"),
             Some(_) => assert_eq!(temps, [61.0], "{fleet}"),
         }
-        let mut per_source: Vec<f64> = parse_exposition(&collector.scrape("/metrics/sources"))
+        let mut per_source: Vec<f64> = exposition::parse(&collector.scrape("/metrics/sources"))
             .iter()
             .filter(|s| s.name.starts_with("board_temperature"))
             .map(|s| s.value)

@@ -16,7 +16,9 @@ use opentelemetry_proto::tonic::metrics::v1::{
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
 
-use crate::support::{CollectorProcess, kv, parse_exposition, temp_dir, wait_for};
+use crate::support::{
+    CollectorProcess, exposition::parse as parse_exposition, kv, temp_dir, wait_for,
+};
 
 const JOB: &str = "train-42";
 const RANKS: u32 = 4;

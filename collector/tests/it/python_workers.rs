@@ -86,7 +86,7 @@ fn python_and_rust_workers_sum_correctly() {
         },
         || {
             *last_text.borrow_mut() = collector.scrape("/metrics");
-            let f = parse_exposition(&last_text.borrow());
+            let f = exposition::parse(&last_text.borrow());
             let done = sum(&f, "py_requests_total", &py_job) >= 40.0
                 && sum(&f, "py_latency_seconds_count", &py_job) >= 16.0
                 && sum(&f, WORKER_ACTIVITY_TIME.name, &[("job", "py-worker")]) >= 8.0

@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use crate::support::prom::Prometheus;
 use crate::support::*;
 
 /// The ranks' start time: an hour before the test began, so before every collector
@@ -97,9 +96,10 @@ fn scraped(collector: &CollectorProcess) -> Series {
 fn stored(prom: &Prometheus) -> Series {
     prom.query(r#"{cluster="rw-test",__name__!~"higgsmeter_collector_.*"}"#)
         .into_iter()
-        .map(|(mut labels, v)| {
+        .map(|s| {
+            let mut labels = s.labels;
             let name = labels.remove("__name__").expect("a name");
-            ((name, labels), v)
+            ((name, labels), s.value)
         })
         .collect()
 }
@@ -140,10 +140,10 @@ fn prometheus_holds_what_metrics_shows_and_sees_no_reset_through_a_restart() {
     let tmp = temp_dir("remote-write");
     let prom_dir = tmp.join("prometheus");
     std::fs::create_dir_all(&prom_dir).expect("dir");
-    let prom = Prometheus::start(&prom_dir, true);
+    let prom = Prometheus::receiver(&prom_dir);
     let state = tmp.join("state");
     let state_arg = state.to_string_lossy().into_owned();
-    let yaml = config(&prom.write_url("/api/v1/write"), "");
+    let yaml = config(&prom.url("/api/v1/write"), "");
 
     let collector = CollectorProcess::start(Some(&yaml), &["--storage", &state_arg]);
     for round in 1..=3 {
@@ -206,7 +206,7 @@ fn prometheus_holds_what_metrics_shows_and_sees_no_reset_through_a_restart() {
         "exports_total{ok} >= 1 in Prometheus",
         || {
             let ok = prom.query(r#"higgsmeter_collector_exports_total{exporter="prometheusremotewrite",outcome="ok",cluster="rw-test"}"#);
-            ok.first().is_some_and(|(_, v)| *v >= 1.0).then_some(())
+            ok.first().is_some_and(|s| s.value >= 1.0).then_some(())
         },
     );
 
@@ -226,7 +226,7 @@ fn prometheus_holds_what_metrics_shows_and_sees_no_reset_through_a_restart() {
     ] {
         let resets = prom.query(expr);
         assert!(!resets.is_empty(), "{expr}: no series");
-        assert!(resets.iter().all(|(_, v)| *v == 0.0), "{expr}: {resets:?}");
+        assert!(resets.iter().all(|s| s.value == 0.0), "{expr}: {resets:?}");
     }
     assert_eq!(
         fleet(
@@ -241,7 +241,7 @@ fn prometheus_holds_what_metrics_shows_and_sees_no_reset_through_a_restart() {
         r#"min_over_time(worker_activity_time_seconds_total{state="gpu",cluster="rw-test"}[10m])"#,
     );
     assert_eq!(before.len(), 1, "{before:?}");
-    assert!(before[0].1 <= 1.5 * 6.0 * 2.0, "{before:?}");
+    assert!(before[0].value <= 1.5 * 6.0 * 2.0, "{before:?}");
     assert!(collector.terminate().success());
 }
 
@@ -251,9 +251,8 @@ fn refused_and_unanswered_requests_are_counted_and_ingest_goes_on() {
     let prom_dir = tmp.join("prometheus");
     std::fs::create_dir_all(&prom_dir).expect("dir");
     // Without --web.enable-remote-write-receiver Prometheus answers 404.
-    let prom = Prometheus::start(&prom_dir, false);
-    let refusing =
-        CollectorProcess::start(Some(&config(&prom.write_url("/api/v1/write"), "")), &[]);
+    let prom = Prometheus::start(&prom_dir, &prometheus::config(""));
+    let refusing = CollectorProcess::start(Some(&config(&prom.url("/api/v1/write"), "")), &[]);
     post(&refusing, rank_body(0, 1));
     let rw = [("exporter", "prometheusremotewrite")];
     wait_for(
@@ -352,13 +351,13 @@ fn two_named_remote_write_targets_each_hold_the_scrape() {
         .iter()
         .map(|d| {
             std::fs::create_dir_all(d).expect("dir");
-            Prometheus::start(d, true)
+            Prometheus::receiver(d)
         })
         .collect();
     let target = |name: &str, prom: &Prometheus| {
         format!(
             "  prometheusremotewrite/{name}:\n    endpoint: {}\n    interval: 200ms\n    external_labels:\n      cluster: rw-test\n",
-            prom.write_url("/api/v1/write")
+            prom.url("/api/v1/write")
         )
     };
     let yaml = format!(

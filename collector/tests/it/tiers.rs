@@ -12,7 +12,6 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::prom::Prometheus;
 use crate::support::*;
 
 const ACTIVITY: &str = "worker_activity_time_seconds_total";
@@ -37,7 +36,7 @@ fn gateway_yaml(remote_write: &str) -> String {
 fn scalar(prom: &Prometheus, expr: &str) -> Option<f64> {
     let result = prom.query(expr);
     assert!(result.len() <= 1, "{expr}: {result:?}");
-    result.first().map(|(_, v)| *v)
+    result.first().map(|s| s.value)
 }
 
 /// Starts a collector with `yaml`, state in `state`, on `ports` when given (to take its
@@ -79,7 +78,7 @@ fn gateway_total(gateway: &CollectorProcess) -> Option<f64> {
     if !resp.status().is_success() {
         return None;
     }
-    let samples = parse_exposition(&resp.text().ok()?);
+    let samples = exposition::parse(&resp.text().ok()?);
     // The shutdown state is left out: a worker's exporter reads it a moment after the
     // worker prints its totals, so it may end a little above them.
     Some(
@@ -93,17 +92,16 @@ fn gateway_total(gateway: &CollectorProcess) -> Option<f64> {
 
 #[test]
 fn a_gateways_fleet_is_the_sum_of_every_rank_through_agent_and_gateway_restarts() {
-    let receiving = Prometheus::start(&temp_dir("prom-rw"), true);
-    let gateway_yaml = gateway_yaml(&receiving.write_url("/api/v1/write"));
+    let receiving = Prometheus::receiver(&temp_dir("prom-rw"));
+    let gateway_yaml = gateway_yaml(&receiving.url("/api/v1/write"));
     let gw_state = temp_dir("gateway");
     let mut gateway = collector(&gateway_yaml, &gw_state, None);
-    let scraping = Prometheus::start_scraping(
+    let scraping = Prometheus::start(
         &temp_dir("prom-scrape"),
-        false,
-        &format!(
+        &prometheus::config(&format!(
             "  - job_name: gateway\n    static_configs: [{{targets: [\"{}\"]}}]\n",
             gateway.prometheus
-        ),
+        )),
     );
     let a_state = temp_dir("agent-a");
     let b_state = temp_dir("agent-b");
@@ -158,8 +156,7 @@ fn a_gateways_fleet_is_the_sum_of_every_rank_through_agent_and_gateway_restarts(
     };
     run_until(3.0, &gateway, &mut seen);
     // Agent A dies without a word, and comes back on its state and its ports.
-    let _ = agent_a.child.kill();
-    let _ = agent_a.child.wait();
+    agent_a.process.kill();
     run_until(4.0, &gateway, &mut seen);
     let restarted_a = collector(&a_yaml, &a_state, Some(ports_of(&agent_a)));
     drop(agent_a);
@@ -217,7 +214,7 @@ fn a_gateways_fleet_is_the_sum_of_every_rank_through_agent_and_gateway_restarts(
     let sources = reqwest::blocking::get(&url)
         .and_then(|r| r.text())
         .expect("sources");
-    let parsed = parse_exposition(&sources);
+    let parsed = exposition::parse(&sources);
     let agents: std::collections::BTreeSet<_> = parsed
         .iter()
         .filter(|s| s.name == ACTIVITY)
@@ -266,7 +263,7 @@ fn a_gateways_fleet_is_the_sum_of_every_rank_through_agent_and_gateway_restarts(
             "count by ({label}) (worker_activity_time_seconds_total)"
         ))
         .into_iter()
-        .filter_map(|(l, _)| l.get(label).cloned())
+        .filter_map(|s| s.labels.get(label).cloned())
         .collect()
     };
     let want: std::collections::BTreeSet<String> =
@@ -433,8 +430,8 @@ fn activity_body(instance: &str, ops: u32, value: f64) -> Vec<u8> {
 /// overflow series.
 #[test]
 fn overflow_crosses_tiers_with_exact_totals() {
-    let receiving = Prometheus::start(&temp_dir("prom-rw-overflow"), true);
-    let gateway_yaml = gateway_yaml(&receiving.write_url("/api/v1/write")).replace(
+    let receiving = Prometheus::receiver(&temp_dir("prom-rw-overflow"));
+    let gateway_yaml = gateway_yaml(&receiving.url("/api/v1/write")).replace(
         "    checkpoint_interval: 200ms\n",
         "    checkpoint_interval: 200ms\n    max_series_per_source_metric: 2\n",
     );
@@ -489,11 +486,11 @@ fn overflow_crosses_tiers_with_exact_totals() {
     // Remote write: the same total, and the overflow series with its label.
     wait_for(Duration::from_secs(60), "the remote-written total", || {
         let r = receiving.query(&format!("sum({ACTIVITY})"));
-        (r.first().map(|(_, v)| *v) == Some(want)).then_some(())
+        (r.first().map(|s| s.value) == Some(want)).then_some(())
     });
     let overflow = receiving.query(&format!("{ACTIVITY}{{otel_metric_overflow=\"true\"}}"));
     assert_eq!(
-        overflow.iter().map(|(_, v)| v).sum::<f64>(),
+        overflow.iter().map(|s| s.value).sum::<f64>(),
         6.0 * 3.0,
         "{overflow:?}"
     );

@@ -5,11 +5,12 @@
 //! server certificate for `localhost` and `127.0.0.1`, client certificates, an expired
 //! one and one from an untrusted CA.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support::*;
+use higgsmeter_testkit::pki::{Ca, Pki};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::metrics::v1::{
     AggregationTemporality, Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum, metric,
@@ -17,60 +18,26 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message as _;
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose,
-};
 
 const TOKEN: &str = "t0k3n-for-tests";
 
-/// A throw-away PKI in a temporary directory.
-struct Pki {
-    dir: PathBuf,
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = temp_dir("pki");
-        let untrusted = new_ca("an untrusted CA");
-        let ca = new_ca("higgsmeter test CA");
-        std::fs::write(dir.join("ca.pem"), ca.pem()).expect("write");
-        let leaf = |name: &str, sans: &[&str], issuer: &CertifiedIssuer<'_, KeyPair>, expired| {
-            let key = KeyPair::generate().expect("key");
-            let mut params =
-                CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
-                    .expect("params");
-            params.distinguished_name.push(DnType::CommonName, name);
-            if expired {
-                params.not_before = rcgen::date_time_ymd(2020, 1, 1);
-                params.not_after = rcgen::date_time_ymd(2021, 1, 1);
-            }
-            let cert = params.signed_by(&key, issuer).expect("sign");
-            std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).expect("write");
-            std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).expect("write");
-        };
-        leaf("server", &["localhost", "127.0.0.1"], &ca, false);
-        leaf("other-server", &["localhost"], &ca, false);
-        leaf("client", &["worker-0"], &ca, false);
-        leaf("stranger", &["worker-9"], &untrusted, false);
-        leaf("expired", &["localhost", "127.0.0.1"], &ca, true);
-        Pki { dir }
-    }
-
-    fn path(&self, file: &str) -> String {
-        self.dir.join(file).display().to_string()
-    }
-
-    fn ca_pem(&self) -> Vec<u8> {
-        std::fs::read(self.dir.join("ca.pem")).expect("read the CA")
-    }
-}
-
-fn new_ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    CertifiedIssuer::self_signed(params, KeyPair::generate().expect("key")).expect("CA")
+/// The kit's throw-away PKI (a CA, `server` for `localhost` and `127.0.0.1`, `client`)
+/// with what these tests add: `other-server` for `localhost`, `stranger` from an
+/// untrusted CA, and an `expired` server certificate.
+fn pki() -> Pki {
+    let pki = Pki::new("higgsmeter test CA");
+    let untrusted = Ca::new("an untrusted CA");
+    pki.add(
+        "other-server",
+        &pki.ca().leaf("other-server", &["localhost"]),
+    );
+    pki.add("stranger", &untrusted.leaf("stranger", &["worker-9"]));
+    pki.add(
+        "expired",
+        &pki.ca()
+            .expired_leaf("expired", &["localhost", "127.0.0.1"]),
+    );
+    pki
 }
 
 /// A reqwest client trusting only the test CA (and presenting `identity` if given).
@@ -80,8 +47,8 @@ fn https_client(pki: &Pki, identity: Option<&str>) -> reqwest::blocking::Client 
         .tls_certs_only(certs)
         .timeout(Duration::from_secs(10));
     if let Some(name) = identity {
-        let mut pem = std::fs::read(pki.dir.join(format!("{name}.pem"))).expect("cert");
-        pem.extend(std::fs::read(pki.dir.join(format!("{name}.key"))).expect("key"));
+        let mut pem = std::fs::read(pki.dir().join(format!("{name}.pem"))).expect("cert");
+        pem.extend(std::fs::read(pki.dir().join(format!("{name}.key"))).expect("key"));
         b = b.identity(reqwest::Identity::from_pem(&pem).expect("identity"));
     }
     b.build().expect("client")
@@ -98,7 +65,7 @@ fn https_get(pki: &Pki, url: &str) -> String {
 }
 
 fn metrics(pki: &Pki, c: &CollectorProcess, path: &str) -> Vec<Sample> {
-    parse_exposition(&https_get(
+    exposition::parse(&https_get(
         pki,
         &format!("https://localhost:{}{path}", c.prometheus.port()),
     ))
@@ -207,7 +174,7 @@ fn start(yaml: &str) -> CollectorProcess {
 
 #[test]
 fn receivers_take_real_clients_over_tls_with_the_token_and_refuse_the_rest() {
-    let pki = Pki::new();
+    let pki = pki();
     let c = start(&secured_config(&pki, &format!("token: {TOKEN}"), false));
     let grpc = format!("localhost:{}", c.grpc.port());
     let http = format!("https://localhost:{}", c.http.port());
@@ -358,7 +325,7 @@ fn receivers_take_real_clients_over_tls_with_the_token_and_refuse_the_rest() {
 
 #[test]
 fn mutual_tls_refuses_clients_without_a_trusted_certificate() {
-    let pki = Pki::new();
+    let pki = pki();
     let c = start(&secured_config(&pki, &format!("token: {TOKEN}"), true));
     let auth = format!("Bearer {TOKEN}");
     // No client certificate, or one from another CA: no handshake.
@@ -415,7 +382,7 @@ fn mutual_tls_refuses_clients_without_a_trusted_certificate() {
 /// Runs the SDK's `lifecycle-worker` example (rank 0: it keeps the seed's rank-0-only
 /// mode) with `env` and returns the seconds it accounted (its `sum:` line).
 fn lifecycle_worker(env: &[(&str, String)]) -> f64 {
-    let mut cmd = Command::new(example_bin("lifecycle-worker"));
+    let mut cmd = Command::new(bins::example("lifecycle-worker"));
     cmd.args(["--jobs", "5"]);
     for (k, _) in std::env::vars() {
         if k.starts_with("OTEL_") {
@@ -448,8 +415,8 @@ fn lifecycle_worker(env: &[(&str, String)]) -> f64 {
 
 #[test]
 fn sdk_workers_export_over_tls_with_a_token_from_the_standard_variables() {
-    let pki = Pki::new();
-    let token_file = pki.dir.join("token");
+    let pki = pki();
+    let token_file = pki.dir().join("token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).expect("write the token");
     let c = start(&secured_config(
         &pki,
@@ -520,7 +487,7 @@ fn sdk_workers_export_over_tls_with_a_token_from_the_standard_variables() {
 
 #[test]
 fn a_collector_exports_upstream_over_tls_with_a_token() {
-    let pki = Pki::new();
+    let pki = pki();
     let gateway = start(&secured_config(&pki, &format!("token: {TOKEN}"), false));
     let agent_yaml = format!(
         "receivers:\n  otlp:\n    protocols:\n      http: {{endpoint: 127.0.0.1:0}}\n      grpc: {{endpoint: 127.0.0.1:0}}\n\
@@ -572,7 +539,7 @@ fn a_collector_exports_upstream_over_tls_with_a_token() {
 
 #[test]
 fn a_collector_refuses_an_upstream_it_cannot_verify() {
-    let pki = Pki::new();
+    let pki = pki();
     // The upstream presents a certificate for `localhost` only; the agent dials its IP.
     let yaml = secured_config(&pki, &format!("token: {TOKEN}"), false)
         .replace(&pki.path("server.pem"), &pki.path("other-server.pem"))
@@ -610,12 +577,12 @@ fn a_collector_refuses_an_upstream_it_cannot_verify() {
 /// setting, and passes a good one.
 #[test]
 fn check_config_rejects_bad_certificates_keys_and_authenticators() {
-    let pki = Pki::new();
+    let pki = pki();
     let good = secured_config(&pki, &format!("token: {TOKEN}"), true);
     let check = |yaml: &str| {
         let path = temp_dir("check").join("collector.yaml");
         std::fs::write(&path, yaml).expect("write");
-        let out = Command::new(collector_bin())
+        let out = Command::new(bins::collector())
             .arg("--config")
             .arg(&path)
             .arg("--check-config")
@@ -701,13 +668,13 @@ fn check_config_rejects_bad_certificates_keys_and_authenticators() {
 /// `--check-config` and describes every listener as secured.
 #[test]
 fn the_shipped_tls_example_checks() {
-    let pki = Pki::new();
-    std::fs::write(pki.dir.join("token"), "example-token\n").expect("write the token");
+    let pki = pki();
+    std::fs::write(pki.dir().join("token"), "example-token\n").expect("write the token");
     let yaml = std::fs::read_to_string(repo_root().join("otel-config/tls.yaml"))
         .expect("read otel-config/tls.yaml")
         .replace(
             "/etc/higgsmeter/tls/collector.",
-            &format!("{}/server.", pki.dir.display()),
+            &format!("{}/server.", pki.dir().display()),
         )
         .replace("/etc/higgsmeter/tls/ca.pem", &pki.path("ca.pem"))
         .replace("/etc/higgsmeter/token", &pki.path("token"))
@@ -716,9 +683,9 @@ fn the_shipped_tls_example_checks() {
             &temp_dir("state").display().to_string(),
         );
     assert!(!yaml.contains("/etc/higgsmeter"), "a path was left: {yaml}");
-    let path = pki.dir.join("tls.yaml");
+    let path = pki.dir().join("tls.yaml");
     std::fs::write(&path, yaml).expect("write");
-    let out = Command::new(collector_bin())
+    let out = Command::new(bins::collector())
         .arg("--config")
         .arg(&path)
         .arg("--check-config")

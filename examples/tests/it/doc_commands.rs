@@ -14,13 +14,13 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use higgsmeter_collector::View;
-
-use crate::support::TestCollector;
+use higgsmeter_testkit::collector::InProcess;
+use higgsmeter_testkit::repo_root;
 
 /// The longest any one command may run.
 const LIMIT: Duration = Duration::from_secs(120);
@@ -63,13 +63,6 @@ const NOT_RUN: &[(&str, &str)] = &[
 struct DocCommand {
     at: String,
     text: String,
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
 }
 
 /// The text before an unquoted ` #` comment, trimmed.
@@ -202,7 +195,8 @@ fn split(text: &str) -> (Vec<(String, String)>, Vec<String>) {
 }
 
 /// The program to run for `argv` (`cargo run -p higgsmeter-examples --bin NAME -- …`
-/// is this package's binary NAME), and its arguments; `None` when the test cannot.
+/// is this package's binary NAME, `.venv/bin/python` the test venv's Python), and its
+/// arguments; `None` when the test cannot.
 fn program(argv: &[String]) -> Option<(PathBuf, Vec<String>)> {
     let words: Vec<&str> = argv.iter().map(String::as_str).collect();
     match words.as_slice() {
@@ -226,6 +220,11 @@ fn program(argv: &[String]) -> Option<(PathBuf, Vec<String>)> {
                 args.iter().map(|s| (*s).to_owned()).collect(),
             ))
         }
+        // The test venv's Python (`$HIGGSMETER_PYTHON` stands for `.venv/bin/python`).
+        [".venv/bin/python", args @ ..] => Some((
+            higgsmeter_testkit::tools::python(),
+            args.iter().map(|s| (*s).to_owned()).collect(),
+        )),
         [python, args @ ..] if python.ends_with("bin/python") => {
             let path = repo_root().join(python);
             assert!(
@@ -244,7 +243,7 @@ fn program(argv: &[String]) -> Option<(PathBuf, Vec<String>)> {
 fn run(cmd: &DocCommand) -> String {
     let (env, argv) = split(&cmd.text);
     let pushes = env.iter().any(|(k, _)| k.starts_with("OTEL_EXPORTER_OTLP"));
-    let collector = pushes.then(TestCollector::start);
+    let collector = pushes.then(InProcess::start);
     let (path, args) = program(&argv).unwrap_or_else(|| {
         panic!(
             "{}: `{}` is neither run by this test nor listed in NOT_RUN with a reason",

@@ -3,4 +3,3 @@
 
 mod doc_commands;
 mod run;
-mod support;

@@ -56,7 +56,7 @@ fn lifecycle_worker_runs_and_accounts_its_whole_life() {
 #[test]
 fn lifecycle_worker_rank_1_reaches_the_collector() {
     use higgsmeter_collector::View;
-    let collector = crate::support::TestCollector::start();
+    let collector = higgsmeter_testkit::collector::InProcess::start();
     let running = collector.running();
     let grpc = running.addresses().grpc.unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_lifecycle-worker"))

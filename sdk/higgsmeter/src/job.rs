@@ -275,6 +275,12 @@ impl Tracker {
         marks.checkpoint_gpu_nanos.set(gpu);
         marks.checkpoint_step.set(step);
         let mut recent = marks.recent.lock().unwrap_or_else(|e| e.into_inner());
+        // Room for all of them at the first save: later saves never allocate.
+        let room = crate::tracker::RECENT_CHECKPOINTS;
+        if recent.capacity() < room {
+            let held = recent.len();
+            recent.reserve_exact(room - held);
+        }
         recent.retain(|(s, _)| *s != step);
         if recent.len() >= crate::tracker::RECENT_CHECKPOINTS {
             recent.pop_front();

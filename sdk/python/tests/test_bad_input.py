@@ -5,16 +5,13 @@ from higgsmeter import AppState
 from higgsmeter import enable_tracker
 from higgsmeter import state_tracker
 from higgsmeter import track_state
+from support import current
 
 
 @pytest.fixture(autouse=True)
 def tracking():
     enable_tracker(rank=0)
     state_tracker.set_state(AppState.IDLE, 'bad_input')
-
-
-def current():
-    return state_tracker._tracker._current_state, state_tracker._tracker._current_operation
 
 
 @pytest.mark.parametrize('state', ['gpu', 3, None, 'GPU', object()])

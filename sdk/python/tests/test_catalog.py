@@ -15,15 +15,13 @@ import math
 import re
 import sys
 import types
-from pathlib import Path
 
 import pytest
 from higgsmeter import catalog
 from higgsmeter.catalog import Family
+from support import repo_root
 
-SEED = (
-    Path(__file__).resolve().parents[2] / 'catalog' / 'tests' / 'seed' / '002_383760d4258609cb.txt'
-)
+SEED = repo_root() / 'sdk' / 'catalog' / 'tests' / 'seed' / '002_383760d4258609cb.txt'
 MODULE = 'mstar.observability.catalog'
 CLASS_LINE = re.compile(r'^- class ' + re.escape(MODULE) + r'\.Family\((?P<sig>.*)\)\[source\]#$')
 ATTR_LINE = re.compile(

@@ -13,14 +13,16 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import totals
 from higgsmeter import AppState
 from higgsmeter import enable_tracker
 from higgsmeter import state_tracker
 from higgsmeter import track_state
 from prometheus_client import REGISTRY
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from support import client_sample_values
+from support import client_samples
+from support import current
+from support import totals
 
 SUM_TOLERANCE = 1e-6  # float rounding of nanosecond totals
 
@@ -33,10 +35,6 @@ def tracking():
     state_tracker.set_state(AppState.IDLE, 'contract')
 
 
-def current():
-    return state_tracker._tracker._current_state, state_tracker._tracker._current_operation
-
-
 def assert_sums_to_wall_time():
     entries, _code, elapsed = state_tracker.snapshot()
     assert abs(sum(s for _, _, s in entries) - elapsed) < SUM_TOLERANCE
@@ -44,10 +42,9 @@ def assert_sums_to_wall_time():
 
 def scraped(name, **labels):
     """The value of one sample in prometheus_client's default registry, or None."""
-    for family in text_string_to_metric_families(generate_latest(REGISTRY).decode()):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return sample.value
+    for sample in client_samples(generate_latest(REGISTRY).decode()):
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+            return sample.value
     return None
 
 
@@ -331,10 +328,7 @@ def test_the_rust_prometheus_endpoint(run_python):
         env={'HIGGSMETER_PROMETHEUS_ADDR': '127.0.0.1:0'},
     )
     assert out.returncode == 0, out.stderr
-    values = {}
-    for family in text_string_to_metric_families(out.stdout):
-        for sample in family.samples:
-            values[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    values = client_sample_values(out.stdout)
     gpu = [
         v
         for (name, labels), v in values.items()

@@ -3,15 +3,7 @@ scraped from the Rust Prometheus endpoint of a worker in a subprocess."""
 
 import pytest
 from higgsmeter.engine import EngineRecorders
-from prometheus_client.parser import text_string_to_metric_families
-
-
-def samples(text):
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
+from support import client_sample_values as samples
 
 
 def test_recorders_and_scopes_export_the_catalog_families(run_python):

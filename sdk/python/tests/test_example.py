@@ -1,10 +1,11 @@
 """The example Python worker (examples/python/worker.py) runs as its docstring says."""
 
-import pathlib
 import subprocess
 import sys
 
-EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / 'examples/python/worker.py'
+from support import repo_root
+
+EXAMPLE = repo_root() / 'examples/python/worker.py'
 
 
 def test_example_worker_runs_and_accounts_its_time():

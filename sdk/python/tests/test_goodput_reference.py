@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support_collector import collector_running
-from support_collector import repo_root
+from support import collector_running
+from support import repo_root
 
 T0 = 1_700_000_000.0
 STEP = 2.0

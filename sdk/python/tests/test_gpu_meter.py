@@ -2,23 +2,14 @@
 nvml-wrapper code path in the Rust core against a fake `libnvidia-ml.so.1` (the C
 fake of sdk/nvml/tests, built here with gcc), scraped from the Rust /metrics."""
 
-import pathlib
-import shutil
-import subprocess
-
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
-FAKE = pathlib.Path(__file__).resolve().parents[2] / 'nvml/tests/fake_nvml/fake_nvml.c'
+from support import build_fake_nvml
+from support import client_samples
 
 
 @pytest.fixture(scope='module')
 def fake_nvml(tmp_path_factory):
-    gcc = shutil.which('gcc') or shutil.which('cc')
-    assert gcc, 'the GPU meter test builds a fake libnvidia-ml.so.1 with gcc'
-    lib = tmp_path_factory.mktemp('nvml') / 'libnvidia-ml.so.1'
-    subprocess.run([gcc, '-shared', '-fPIC', '-O2', '-o', str(lib), str(FAKE)], check=True)
-    return lib
+    return build_fake_nvml(tmp_path_factory.mktemp('nvml'))
 
 
 WORKER = """
@@ -46,16 +37,15 @@ def test_gpu_meter_reads_the_fake_driver(run_python, fake_nvml):
     )
     assert out.returncode == 0, out.stderr
     utilization, temperature, active = {}, {}, {}
-    for family in text_string_to_metric_families(out.stdout):
-        for s in family.samples:
-            gpu = s.labels.get('hw_gpu_index')
-            if s.name == 'hw_gpu_utilization' and s.labels.get('hw_gpu_task') == 'general':
-                utilization[gpu] = s.value
-            elif s.name == 'hw_gpu_temperature':
-                temperature[gpu] = s.value
-            # (prometheus_client's parser names counter samples with _total)
-            elif s.name == 'hw_gpu_session_active_time_total' and s.labels.get('state') == 'gpu':
-                active[gpu] = s.value
+    for s in client_samples(out.stdout):
+        gpu = s.labels.get('hw_gpu_index')
+        if s.name == 'hw_gpu_utilization' and s.labels.get('hw_gpu_task') == 'general':
+            utilization[gpu] = s.value
+        elif s.name == 'hw_gpu_temperature':
+            temperature[gpu] = s.value
+        # (prometheus_client's parser names counter samples with _total)
+        elif s.name == 'hw_gpu_session_active_time_total' and s.labels.get('state') == 'gpu':
+            active[gpu] = s.value
     # The fake's readings, per device: GPU 0 at 87 %, GPU 1 at its default 51 %.
     assert utilization == {'0': 0.87, '1': 0.51}, out.stdout[:3000]
     assert temperature == {'0': 40, '1': 66}

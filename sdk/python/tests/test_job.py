@@ -11,7 +11,6 @@ Durations are never asserted: sleeps only make the order of events certain.
 import time
 
 import pytest
-from conftest import totals
 from higgsmeter import AppState
 from higgsmeter import ConfigError
 from higgsmeter import StateTracker
@@ -20,7 +19,9 @@ from higgsmeter import job
 from higgsmeter import state_tracker
 from prometheus_client import REGISTRY
 from prometheus_client import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+from support import client_sample_values as scraped
+from support import current
+from support import totals
 
 STEP = 'higgsmeter_job_step'
 CHECKPOINT_STEP = 'higgsmeter_job_checkpoint_step'
@@ -35,19 +36,6 @@ def tracking():
     state_tracker.set_state(AppState.IDLE, 'job_test')
     yield
     state_tracker.set_state(AppState.IDLE, 'job_test')
-
-
-def current():
-    return state_tracker._tracker._current_state, state_tracker._tracker._current_operation
-
-
-def scraped(text):
-    """{(sample name, sorted labels): value} of a text exposition."""
-    values = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            values[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
-    return values
 
 
 def gpu_seconds():

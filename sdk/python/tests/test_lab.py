@@ -13,12 +13,12 @@ from datetime import timedelta
 from datetime import timezone
 from decimal import Decimal
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 from higgsmeter import lab
+from support import repo_root
 
-SESSION_TESTS = Path(__file__).resolve().parents[2] / 'session' / 'tests'
+SESSION_TESTS = repo_root() / 'sdk' / 'session' / 'tests'
 
 
 def _fixture(name):

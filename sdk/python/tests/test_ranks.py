@@ -1,6 +1,6 @@
 """Several Python ranks through the real collector, with the fleet sums exact.
 
-Each test starts ``higgsmeter-collector`` (the workspace's binary, built if missing) on
+Each test starts ``higgsmeter-collector`` (the workspace's binary, as cargo built it) on
 127.0.0.1 ports it picks itself, runs rank processes (``rank_worker.py``) with the
 installed package pushing OTLP to it, and reads its two Prometheus views:
 
@@ -24,7 +24,6 @@ installed in that interpreter; ``HIGGSMETER_COLLECTOR_BIN`` to use another colle
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -33,11 +32,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from support_collector import Sample
-from support_collector import collector_running
+from support import Sample
+from support import clean_env
+from support import collector_running
+from support import totals
 
 WORKER = Path(__file__).resolve().parent / 'rank_worker.py'
 W = 'worker_activity_time_seconds_total'
@@ -60,16 +58,7 @@ SETTLE_DEADLINE_S = 15.0
 def worker_env(extra: dict[str, str]) -> dict[str, str]:
     """The test's environment without any OTel, rank or higgsmeter setting, plus
     ``extra``."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(('OTEL_', 'HIGGSMETER_'))
-        and k not in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE')
-    }
-    env['RUST_LOG'] = 'warn'
-    env['PYTHONUNBUFFERED'] = '1'
-    env.update(extra)
-    return env
+    return clean_env({'RUST_LOG': 'warn', 'PYTHONUNBUFFERED': '1', **extra})
 
 
 class Worker:
@@ -151,13 +140,6 @@ def run_workers(specs: list[tuple[str, list[str], dict[str, str]]]) -> list[tupl
         finally:
             for w in workers:
                 w.kill()
-
-
-def totals(entries) -> dict[tuple[str, str], float]:
-    out: dict[tuple[str, str], float] = defaultdict(float)
-    for state, op, secs in entries:
-        out[(state, op)] += secs
-    return dict(out)
 
 
 def key(s: Sample) -> tuple[str, str]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,7 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support_collector import collector_running
+from support import clean_env
+from support import collector_running
 
 EXAMPLES = Path(__file__).resolve().parents[3] / 'examples' / 'python'
 W = 'worker_activity_time_seconds_total'
@@ -35,12 +35,9 @@ SETTLE_DEADLINE_S = 15.0
 
 
 def example_env(extra: dict[str, str]) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(('OTEL_', 'HIGGSMETER_', 'TORCHELASTIC_'))
-        and k not in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR')
-    }
+    """The test's environment without any worker setting, plus ``extra``."""
+    env = {k: v for k, v in clean_env().items() if not k.startswith('TORCHELASTIC_')}
+    env.pop('MASTER_ADDR', None)
     env['RUST_LOG'] = 'warn'
     env.update(extra)
     return env

@@ -4,13 +4,13 @@ tests/tests/python/otlp_trace_receiver.py), nested per asyncio task and per thre
 the code nests them; the state time is counted once all the same."""
 
 import json
-import pathlib
 import subprocess
 import sys
 
 import pytest
+from support import repo_root
 
-RECEIVER = pathlib.Path(__file__).resolve().parents[3] / 'tests/tests/python/otlp_trace_receiver.py'
+RECEIVER = repo_root() / 'tests/tests/python/otlp_trace_receiver.py'
 
 WORKER = """
 import asyncio, json, threading

@@ -11,7 +11,7 @@
 //! 100 ms; then per step: `io`/`next_batch`, `gpu`/`train_step`, `idle`/`all_reduce`
 //! (`--wait-ms` × (3 − rank): the slower ranks wait less), the step marked, and every
 //! `--checkpoint-every` steps a checkpoint save (30 ms). It prints one JSON line per
-//! event on stdout: `begin` (unix seconds, just after `init`), `checkpoint` (step, the
+//! event on stdout: `begin` (unix seconds: when counting began, in `init`), `checkpoint` (step, the
 //! productive seconds the save kept), and at the end `end` (unix seconds, its
 //! snapshot's seconds per `state/operation`): after the last step, or when stdin closes
 //! (the elastic agent stopping it), after `finalize()` with the final export made. With
@@ -98,7 +98,9 @@ fn seconds() -> serde_json::Value {
 fn main() -> anyhow::Result<()> {
     let a = args()?;
     let telemetry = higgsmeter::init().context("higgsmeter init")?;
-    emit(serde_json::json!({ "event": "begin", "unix": unix_now(), "rank": a.rank }));
+    // When counting began (inside `init`): now less the time tracked since.
+    let begin = unix_now() - state_tracker().snapshot().elapsed().as_secs_f64();
+    emit(serde_json::json!({ "event": "begin", "unix": begin, "rank": a.rank }));
     // The elastic agent stops a rank by closing its stdin.
     let stop = Arc::new(AtomicBool::new(false));
     {
@@ -140,7 +142,7 @@ fn main() -> anyhow::Result<()> {
             std::thread::sleep(a.wait * 3u32.saturating_sub(a.rank));
         }
         job::record_step(step);
-        if step % a.checkpoint_every == 0 {
+        if step.is_multiple_of(a.checkpoint_every) {
             {
                 let _save = job::checkpoint_save(step);
                 std::thread::sleep(Duration::from_millis(30));

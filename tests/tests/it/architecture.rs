@@ -75,7 +75,7 @@ fn outside_citations(text: &str) -> Vec<(usize, &str)> {
 
 #[test]
 fn every_path_architecture_md_names_exists() {
-    let root = higgsmeter_e2e::repo_root();
+    let root = higgsmeter_testkit::repo_root();
     let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
     let paths = named_paths(&text).unwrap_or_else(|e| panic!("ARCHITECTURE.md: {e}"));
     // The reader sees the map (a reader that saw nothing would pass).
@@ -104,7 +104,7 @@ fn every_path_architecture_md_names_exists() {
 
 #[test]
 fn no_file_cites_a_document_outside_the_repository() {
-    let root = higgsmeter_e2e::repo_root();
+    let root = higgsmeter_testkit::repo_root();
     // Tracked files, and new ones not yet committed (not those git ignores).
     let out = Command::new("git")
         .args([

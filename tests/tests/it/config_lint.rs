@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use higgsmeter::catalog::ALL_FAMILY_GROUPS;
 
 fn read(path: &str) -> String {
-    std::fs::read_to_string(higgsmeter_e2e::repo_root().join(path)).unwrap()
+    std::fs::read_to_string(higgsmeter_testkit::repo_root().join(path)).unwrap()
 }
 
 /// Every `name{...}` selector (also `name_bucket{`, `_count{`, `_sum{`) of a catalog

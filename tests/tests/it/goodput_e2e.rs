@@ -9,11 +9,13 @@
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
+
 use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::support::*;
-use higgsmeter_e2e::{ChildGuard, Collector, collector_binary, line_reader, wait_line};
+use higgsmeter_testkit::collector::CollectorProcess;
+use higgsmeter_testkit::process::{ChildGuard, line_reader, wait_line};
 
 const RANKS: u32 = 4;
 const JOB: &str = "e2e-goodput";
@@ -23,7 +25,7 @@ struct Rank {
     lines: mpsc::Receiver<String>,
 }
 
-fn start_rank(collector: &Collector, rank: u32, incarnation: u32, args: &[&str]) -> Rank {
+fn start_rank(collector: &CollectorProcess, rank: u32, incarnation: u32, args: &[&str]) -> Rank {
     let mut process = ChildGuard::spawn(
         format!("job-worker rank {rank} incarnation {incarnation}"),
         Command::new(env!("CARGO_BIN_EXE_job-worker"))
@@ -46,8 +48,7 @@ fn start_rank(collector: &Collector, rank: u32, incarnation: u32, args: &[&str])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit()),
-    )
-    .unwrap();
+    );
     let lines = line_reader(process.child().stdout.take().unwrap());
     Rank { process, lines }
 }
@@ -65,7 +66,7 @@ struct Report {
 fn finish(rank: &mut Rank, what: &str) -> Report {
     let mut report = Report::default();
     loop {
-        let line = wait_line(&rank.lines, Duration::from_secs(120), what, |_| true).unwrap();
+        let line = wait_line(&rank.lines, Duration::from_secs(120), what, |_| true);
         let v: serde_json::Value = serde_json::from_str(&line).unwrap();
         match v["event"].as_str().unwrap() {
             "begin" => report.begin = v["unix"].as_f64().unwrap(),
@@ -80,7 +81,7 @@ fn finish(rank: &mut Rank, what: &str) -> Report {
                 for (k, s) in v["seconds"].as_object().unwrap() {
                     report.seconds.insert(k.clone(), s.as_f64().unwrap());
                 }
-                let _ = rank.process.wait_exit(Duration::from_secs(30));
+                let _ = rank.process.wait_exit_within(Duration::from_secs(30));
                 return report;
             }
             other => panic!("unknown event {other}"),
@@ -104,20 +105,17 @@ fn cause(key: &str) -> &'static str {
     }
 }
 
-fn jobs(collector: &Collector) -> serde_json::Value {
-    let (status, body) = higgsmeter_e2e::http_get(collector.prometheus, "/api/jobs").unwrap();
-    assert_eq!(status, 200, "{body}");
-    serde_json::from_str(&body).unwrap()
+fn jobs(collector: &CollectorProcess) -> serde_json::Value {
+    serde_json::from_str(&collector.scrape("/api/jobs")).unwrap()
 }
 
 #[test]
 fn a_crash_a_collector_restart_and_a_restore_add_up_within_one_percent() {
-    let tmp = TempDir::new();
-    let state = tmp.0.join("state");
+    let tmp = TempDir::new("e2e-goodput");
+    let state = tmp.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
-    let binary = collector_binary().unwrap();
     let storage = ["--storage".to_owned(), state.display().to_string()];
-    let collector = Collector::start_with(&binary, &storage).unwrap();
+    let collector = CollectorProcess::builder().args(&storage).start();
 
     // Incarnation 0: every rank trains; rank 2 crashes after step 25; the agent then
     // stops the others.
@@ -158,17 +156,9 @@ fn a_crash_a_collector_restart_and_a_restore_add_up_within_one_percent() {
 
     // The collector restarts on its state (an upgrade), then the job restarts.
     let mut old = collector;
-    let pid = old.process.child().id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    old.process.wait_exit(Duration::from_secs(30)).unwrap();
+    assert!(old.process.terminate(Duration::from_secs(30)).success());
     drop(old);
-    let collector = Collector::start_with(&binary, &storage).unwrap();
+    let collector = CollectorProcess::builder().args(&storage).start();
     std::thread::sleep(Duration::from_millis(300)); // the job is down a little longer
     let mut second: Vec<Rank> = (0..RANKS)
         .map(|r| start_rank(&collector, r, 1, &["--restore", "20", "--steps-to", "35"]))

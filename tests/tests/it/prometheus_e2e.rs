@@ -26,30 +26,25 @@ use std::time::{Duration, SystemTime};
 
 use crate::support::*;
 
-use higgsmeter_e2e::{
-    Collector, EXPORT_INTERVAL, GroundTruth, PromClient, Prometheus, SERVICE_NAME, SyntheticGpu,
-    WORKLOADS, collector_binary, repo_root, wait_line,
-};
+use higgsmeter_e2e::{EXPORT_INTERVAL, GroundTruth, SERVICE_NAME, SyntheticGpu, WORKLOADS};
+use higgsmeter_testkit::process::wait_line;
 
 #[test]
 fn seed_queries_rules_and_dashboard_against_real_prometheus() {
-    let tmp = TempDir::new();
-    let binary = collector_binary().unwrap();
-    let collector = Collector::start(&binary).unwrap();
+    let tmp = TempDir::new("e2e");
+    let collector = CollectorProcess::start(None, &["--storage", "none"]);
     let mut prometheus = Prometheus::start(
-        &tmp.0.join("prometheus"),
+        &tmp.join("prometheus"),
         &prometheus_config(collector.prometheus),
-    )
-    .unwrap();
+    );
     let prom = prometheus.client();
     // A second server scraping only the fleet view, under a job name of its own, the
     // way the Python higgsmeter's users scraped their one endpoint: the seed's queries
     // run there exactly as printed.
     let mut seed_prometheus = Prometheus::start(
-        &tmp.0.join("prometheus-seed"),
+        &tmp.join("prometheus-seed"),
         &fleet_only_config(collector.prometheus),
-    )
-    .unwrap();
+    );
     let seed = seed_prometheus.client();
 
     // Prometheus scrapes its first targets only after its discovery settles (about
@@ -60,13 +55,13 @@ fn seed_queries_rules_and_dashboard_against_real_prometheus() {
 
     let endpoint = format!("http://{}", collector.grpc);
     let mut workers: Vec<Worker> = (0..WORKLOADS.len())
-        .map(|rank| spawn_worker(rank, &endpoint, &tmp.0, &[]))
+        .map(|rank| spawn_worker(rank, &endpoint, tmp.path(), &[]))
         .collect();
     for w in &workers {
-        wait_line(&w.lines, Duration::from_secs(90), "HOLD", |l| {
+        let what = format!("HOLD from {}", w.process.name());
+        wait_line(&w.lines, Duration::from_secs(90), &what, |l| {
             l.starts_with("HOLD")
-        })
-        .unwrap_or_else(|e| panic!("{}: {e}", w.process.name()));
+        });
     }
 
     // Every worker now holds one known (state, operation) until released.
@@ -613,18 +608,18 @@ fn check_dashboard(prom: &PromClient) {
 /// worker) through the collector and the GPU recording rules.
 #[test]
 fn gpu_families_and_rules_against_real_prometheus() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("e2e");
     let (collector, prometheus) = start_stack(&tmp);
     let prom = prometheus.client();
     let endpoint = format!("http://{}", collector.grpc);
     let mut workers: Vec<Worker> = (0..2)
-        .map(|rank| spawn_worker(rank, &endpoint, &tmp.0, &["--steady-secs", "4"]))
+        .map(|rank| spawn_worker(rank, &endpoint, tmp.path(), &["--steady-secs", "4"]))
         .collect();
     for w in &workers {
-        wait_line(&w.lines, Duration::from_secs(90), "HOLD", |l| {
+        let what = format!("HOLD from {}", w.process.name());
+        wait_line(&w.lines, Duration::from_secs(90), &what, |l| {
             l.starts_with("HOLD")
-        })
-        .unwrap_or_else(|e| panic!("{}: {e}", w.process.name()));
+        });
     }
     // Gauges, per source: each rank's device with its reading.
     for (family, reading) in [
@@ -741,13 +736,13 @@ fn gpu_families_and_rules_against_real_prometheus() {
 /// in Prometheus's eyes).
 #[test]
 fn killed_worker_alerts_and_restarted_rank_keeps_the_fleet_counting() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("e2e");
     let (collector, prometheus) = start_stack(&tmp);
     let prom = prometheus.client();
     let endpoint = format!("http://{}", collector.grpc);
     let long = ["--steady-secs", "120"];
     let mut workers: Vec<Worker> = (0..2)
-        .map(|rank| spawn_worker(rank, &endpoint, &tmp.0, &long))
+        .map(|rank| spawn_worker(rank, &endpoint, tmp.path(), &long))
         .collect();
     let live = format!("worker_current_state{{{SOURCES}}}");
     let first_instance = eventually(120, || {
@@ -772,10 +767,7 @@ fn killed_worker_alerts_and_restarted_rank_keeps_the_fleet_counting() {
 
     // Kill rank 1 without a chance to reach shutdown.
     workers[1].process.child().kill().unwrap();
-    workers[1]
-        .process
-        .wait_exit(Duration::from_secs(10))
-        .unwrap();
+    workers[1].process.wait_exit(Duration::from_secs(10));
     let stale = r#"ALERTS{alertname="HiggsmeterWorkerStale",alertstate="firing"}"#;
     eventually(120, || {
         let got = prom.query(stale).map_err(|e| e.to_string())?;
@@ -792,7 +784,7 @@ fn killed_worker_alerts_and_restarted_rank_keeps_the_fleet_counting() {
     assert!(after_kill >= before, "{after_kill} < {before}");
 
     // Rank 1 comes back as a new process (a new service.instance.id).
-    workers[1] = spawn_worker(1, &endpoint, &tmp.0, &long);
+    workers[1] = spawn_worker(1, &endpoint, tmp.path(), &long);
     eventually(120, || {
         let got = prom.query(&live).map_err(|e| e.to_string())?;
         got.iter()

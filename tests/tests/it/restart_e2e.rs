@@ -12,16 +12,16 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use crate::support::*;
-use higgsmeter_e2e::{Collector, GroundTruth, Prometheus, collector_binary, free_port, wait_line};
+use higgsmeter_e2e::GroundTruth;
+use higgsmeter_testkit::process::{free_port, wait_line};
 
 /// The fleet's total activity seconds, all series, from the collector directly.
-fn fleet_total(collector: &Collector) -> Result<f64, String> {
-    let (status, body) =
-        higgsmeter_e2e::http_get(collector.prometheus, "/metrics").map_err(|e| e.to_string())?;
+fn fleet_total(collector: &CollectorProcess) -> Result<f64, String> {
+    let (status, body) = higgsmeter_testkit::http::get(collector.prometheus, "/metrics")
+        .map_err(|e| e.to_string())?;
     if status != 200 {
         return Err(format!("/metrics: HTTP {status}: {body}"));
     }
@@ -52,14 +52,8 @@ fn scraped_totals(prom: &Prometheus) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn sigterm(collector: &mut Collector) {
-    let pid = collector.process.child().id().to_string();
-    let status = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(status.success());
-    let exit = collector
-        .process
-        .wait_exit(Duration::from_secs(20))
-        .unwrap();
+fn sigterm(collector: &mut CollectorProcess) {
+    let exit = collector.process.terminate(Duration::from_secs(20));
     assert!(
         exit.success(),
         "the collector exited with {exit} on SIGTERM"
@@ -86,11 +80,10 @@ fn scenario(
     tmp: &TempDir,
     storage: &Path,
     exact: bool,
-    restart: impl FnOnce(&mut Collector),
+    restart: impl FnOnce(&mut CollectorProcess),
 ) -> Run {
-    let binary = collector_binary().unwrap();
-    let grpc = format!("127.0.0.1:{}", free_port().unwrap());
-    let prom = format!("127.0.0.1:{}", free_port().unwrap());
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let prom = format!("127.0.0.1:{}", free_port());
     let args = [
         "--grpc".to_owned(),
         grpc.clone(),
@@ -99,23 +92,21 @@ fn scenario(
         "--storage".to_owned(),
         storage.display().to_string(),
     ];
-    let mut first = Collector::start_with(&binary, &args).unwrap();
+    let mut first = CollectorProcess::builder().args(&args).start();
     let prometheus = Prometheus::start(
-        &tmp.0.join("prometheus"),
+        &tmp.join("prometheus"),
         &fleet_only_config(first.prometheus),
-    )
-    .unwrap();
+    );
     wait_scraped(&prometheus.client(), 1);
     let endpoint = format!("http://{grpc}");
     let steady = ["--prime-secs", "0.3", "--steady-secs", "1"];
     let mut workers: Vec<Worker> = (0..3)
-        .map(|rank| spawn_worker(rank, &endpoint, &tmp.0, &steady))
+        .map(|rank| spawn_worker(rank, &endpoint, tmp.path(), &steady))
         .collect();
     for w in &workers {
         wait_line(&w.lines, Duration::from_secs(60), "HOLD", |l| {
             l.starts_with("HOLD")
-        })
-        .unwrap();
+        });
     }
     // Rank 2 dies (it pushes its final value first); the others go on.
     let mut truth = release_and_collect(&mut workers[2..3]);
@@ -123,7 +114,7 @@ fn scenario(
     restart(&mut first);
     drop(first);
     std::thread::sleep(Duration::from_millis(1500));
-    let second = Collector::start_with(&binary, &args).unwrap();
+    let second = CollectorProcess::builder().args(&args).start();
     std::thread::sleep(Duration::from_secs(5));
     truth.extend(release_and_collect(&mut workers[0..2]));
     let want = total_seconds(&truth);
@@ -172,8 +163,8 @@ fn assert_continuous(scraped: &[(f64, f64)]) {
 
 #[test]
 fn sigterm_restart_continues_the_fleet_exactly() {
-    let tmp = TempDir::new();
-    let run = scenario(&tmp, &tmp.0.join("state"), true, sigterm);
+    let tmp = TempDir::new("e2e");
+    let run = scenario(&tmp, &tmp.join("state"), true, sigterm);
     assert_eq!(run.truth.len(), 3);
     assert_continuous(&run.scraped);
     assert!(run.final_total > 10.0, "{}", run.final_total);
@@ -181,10 +172,9 @@ fn sigterm_restart_continues_the_fleet_exactly() {
 
 #[test]
 fn sigkill_restart_continues_the_fleet_exactly() {
-    let tmp = TempDir::new();
-    let run = scenario(&tmp, &tmp.0.join("state"), true, |c| {
-        c.process.child().kill().unwrap();
-        c.process.child().wait().unwrap();
+    let tmp = TempDir::new("e2e");
+    let run = scenario(&tmp, &tmp.join("state"), true, |c| {
+        c.process.kill();
     });
     assert_eq!(run.truth.len(), 3);
     assert_continuous(&run.scraped);
@@ -194,7 +184,7 @@ fn sigkill_restart_continues_the_fleet_exactly() {
 /// one clean reset and no jump; the dead rank's time is gone from the new process.
 #[test]
 fn without_state_the_fleet_restarts_near_zero_never_jumps() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("e2e");
     let run = scenario(&tmp, Path::new("none"), false, sigterm);
     let resets = run
         .scraped

@@ -19,15 +19,20 @@ use std::process::Command;
 use higgsmeter_e2e::rules::{Flavour, rendered, rule_files};
 
 fn config_dir() -> PathBuf {
-    higgsmeter_e2e::repo_root().join("otel-config")
+    higgsmeter_testkit::repo_root().join("otel-config")
 }
 
-fn run(bin: &str, args: &[&str], dir: &Path) -> (bool, String) {
+fn run(bin: &Path, args: &[&str], dir: &Path) -> (bool, String) {
     let out = Command::new(bin)
         .args(args)
         .current_dir(dir)
         .output()
-        .unwrap_or_else(|e| panic!("running {bin} (install with `bash .ci/setup`): {e}"));
+        .unwrap_or_else(|e| {
+            panic!(
+                "running {} (install with `bash .ci/setup`): {e}",
+                bin.display()
+            )
+        });
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -37,8 +42,7 @@ fn run(bin: &str, args: &[&str], dir: &Path) -> (bool, String) {
 }
 
 fn promtool(args: &[&str], dir: &Path) -> String {
-    let bin = std::env::var("PROMTOOL").unwrap_or_else(|_| "/usr/bin/promtool".into());
-    let (ok, text) = run(&bin, args, dir);
+    let (ok, text) = run(&higgsmeter_testkit::tools::promtool(), args, dir);
     assert!(ok, "promtool {args:?} in {} failed:\n{text}", dir.display());
     text
 }
@@ -178,10 +182,10 @@ fn every_rule_has_a_unit_test() {
 
 /// A second rule engine: vmalert (`/usr/bin/vmalert` from Debian's `victoria-metrics`,
 /// or `$VMALERT`) parses every expression (MetricsQL) and template of both flavours.
-/// `tests/tests/rules_vmalert.rs` runs them on remote-written data.
+/// `tests/tests/it/rules_remote_write.rs` runs them on remote-written data.
 #[test]
 fn vmalert_loads_both_flavours() {
-    let bin = std::env::var("VMALERT").unwrap_or_else(|_| "/usr/bin/vmalert".into());
+    let bin = higgsmeter_testkit::victoria::vmalert_binary();
     for flavour in Flavour::ALL {
         let files = rule_files(&flavour.dir());
         let mut args = vec!["-dryRun".to_owned(), "-loggerLevel=INFO".to_owned()];
@@ -195,9 +199,8 @@ fn vmalert_loads_both_flavours() {
         assert!(!text.contains("\terror\t"), "{flavour:?}: {text}");
     }
     // ... and it does check: a broken expression is refused.
-    let dir = higgsmeter_e2e::repo_root().join("target/tmp");
-    std::fs::create_dir_all(&dir).unwrap();
-    let bad = dir.join(format!("vmalert-bad-{}.yml", std::process::id()));
+    let dir = higgsmeter_testkit::TempDir::new("vmalert-bad");
+    let bad = dir.join("vmalert-bad.yml");
     std::fs::write(
         &bad,
         "groups:\n  - name: bad\n    rules:\n      - record: a:b\n        expr: sum(rate(x{[5m]))\n",
@@ -206,8 +209,7 @@ fn vmalert_loads_both_flavours() {
     let (ok, text) = run(
         &bin,
         &["-dryRun", &format!("-rule={}", bad.display())],
-        &dir,
+        dir.path(),
     );
-    let _ = std::fs::remove_file(&bad);
     assert!(!ok, "vmalert accepted a broken expression:\n{text}");
 }

@@ -19,44 +19,27 @@
 //! processes it started, by handle); waits are bounded; no timing is asserted.
 #![allow(clippy::unwrap_used, reason = "test code")]
 
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::support::{TempDir, eventually};
+use crate::support::{CollectorProcess, PromClient, Prometheus, TempDir, eventually};
 use higgsmeter_e2e::rules::{Flavour, rule_files};
-use higgsmeter_e2e::{ChildGuard, Collector, PromClient, Prometheus, free_port, http_get};
+use higgsmeter_testkit::http;
+use higgsmeter_testkit::process::free_port;
+use higgsmeter_testkit::victoria::{VictoriaMetrics, Vmalert};
 
 const SERVICE: &str = "rw-rules";
 const CLUSTER: &str = "rules-test";
 /// Ranks 0 and 1 are in gpu now, rank 2 idle: rank 2 is the straggler.
 const STATE_NOW: [u32; 3] = [3, 3, 0];
 
-/// `POST path` with a JSON body over HTTP/1.1 (`Connection: close`): the status.
+/// `POST path` with a JSON body: the status (0 when there was no answer).
 fn post_json(addr: SocketAddr, path: &str, body: &str) -> u16 {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    write!(
-        stream,
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
+    http::post(addr, path, "application/json", body.as_bytes()).map_or(0, |(status, _)| status)
 }
 
 /// Rank `rank`'s cumulative state after `round` rounds, as OTLP/JSON: the activity
@@ -137,7 +120,7 @@ impl Drop for Feeder {
 
 /// A collector that remote-writes both views to `endpoint` every 200 ms, with a
 /// source leaving its views after 2 s of silence.
-fn start_collector(dir: &Path, endpoint: &str) -> Collector {
+fn start_collector(endpoint: &str) -> CollectorProcess {
     let yaml = format!(
         "processors:\n  higgsmeter:\n    stale_after: 2s\n\
          exporters:\n  prometheus:\n  prometheusremotewrite:\n    endpoint: {endpoint}\n\
@@ -146,59 +129,7 @@ fn start_collector(dir: &Path, endpoint: &str) -> Collector {
          service:\n  pipelines:\n    metrics:\n      receivers: [otlp]\n\
          \x20     exporters: [prometheus, prometheusremotewrite]\n"
     );
-    let path = dir.join("collector.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    let binary = higgsmeter_e2e::collector_binary().unwrap();
-    Collector::start_with(
-        &binary,
-        &["--config", path.to_str().unwrap(), "--storage", "none"],
-    )
-    .unwrap()
-}
-
-/// Starts a server on a free 127.0.0.1 port (three tries on a port race) until
-/// `ready_path` answers 200; `args(addr)` gives its command line.
-fn start_server(
-    name: &str,
-    binary: &str,
-    dir: &Path,
-    ready_path: &str,
-    args: impl Fn(SocketAddr) -> Vec<String>,
-) -> (ChildGuard, SocketAddr) {
-    let mut last = String::new();
-    for attempt in 0..3 {
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port().unwrap()).into();
-        let log = std::fs::File::create(dir.join(format!("{name}-{attempt}.log"))).unwrap();
-        let mut child = ChildGuard::spawn(
-            name,
-            Command::new(binary)
-                .args(args(addr))
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
-                .stderr(log),
-        )
-        .unwrap_or_else(|e| panic!("{e:#} (install with `bash .ci/setup`)"));
-        for _ in 0..150 {
-            if let Ok(Some(status)) = child.child().try_wait() {
-                last = format!("{name} exited: {status}");
-                break;
-            }
-            if let Ok((200, _)) = http_get(addr, ready_path) {
-                return (child, addr);
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        if last.is_empty() {
-            last = format!("{name} at {addr} not ready after 15 s");
-        }
-        let log = std::fs::read_to_string(dir.join(format!("{name}-{attempt}.log")));
-        last = format!("{last}\n{}", log.unwrap_or_default());
-    }
-    panic!("{last}")
-}
-
-fn env_or(var: &str, default: &str) -> String {
-    std::env::var(var).unwrap_or_else(|_| default.to_owned())
+    CollectorProcess::start(Some(&yaml), &["--storage", "none"])
 }
 
 /// The checks both engines must pass, `query` being the engine's query API.
@@ -307,7 +238,7 @@ fn check_rules_on_remote_written_data(
 /// rule evaluated, none with an error.
 fn check_rules_healthy(addr: SocketAddr, want_groups: usize) {
     eventually(120, || {
-        let (status, body) = http_get(addr, "/api/v1/rules").map_err(|e| e.to_string())?;
+        let (status, body) = http::get(addr, "/api/v1/rules").map_err(|e| e.to_string())?;
         let json: serde_json::Value =
             serde_json::from_str(&body).map_err(|e| format!("HTTP {status}: {e}: {body}"))?;
         let groups = json["data"]["groups"]
@@ -334,65 +265,64 @@ fn check_rules_healthy(addr: SocketAddr, want_groups: usize) {
     });
 }
 
+/// The rule groups the flavour's files hold (`  - name:` lines).
+fn group_count(flavour: Flavour) -> usize {
+    files(flavour)
+        .iter()
+        .map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .filter(|l| l.starts_with("  - name:"))
+                .count()
+        })
+        .sum()
+}
+
 fn files(flavour: Flavour) -> Vec<PathBuf> {
     rule_files(&flavour.dir())
 }
 
 #[test]
 fn vmalert_runs_the_remote_write_rules_on_what_the_collector_writes_to_victoria_metrics() {
-    let tmp = TempDir::new();
-    let vm_bin = env_or("VICTORIA_METRICS", "/usr/bin/victoria-metrics");
-    let vmalert_bin = env_or("VMALERT", "/usr/bin/vmalert");
-    let data = tmp.0.join("vm-data");
-    let (_vm, vm) = start_server("victoria-metrics", &vm_bin, &tmp.0, "/health", |addr| {
-        vec![
-            format!("-httpListenAddr={addr}"),
-            format!("-storageDataPath={}", data.display()),
-            "-retentionPeriod=1d".into(),
+    let tmp = TempDir::new("e2e-vmalert");
+    let vm = VictoriaMetrics::start(
+        tmp.path(),
+        &[
+            "-retentionPeriod=1d",
             // Answer queries with the newest samples (default: hide the last 30 s).
-            "-search.latencyOffset=1s".into(),
+            "-search.latencyOffset=1s",
             // A short staleness window (with vmalert's -datasource.queryStep below) so
             // that a source that stopped is gone from instant queries within seconds;
             // by default vmalert's query step, 5 minutes, is the lookback.
-            "-search.maxStalenessInterval=2s".into(),
-            "-loggerLevel=WARN".into(),
-        ]
-    });
+            "-search.maxStalenessInterval=2s",
+            "-loggerLevel=WARN",
+        ],
+    );
     // Nothing listens on the notifier's address: alerts are read from vmalert's API
     // and the ALERTS series it writes back.
-    let no_notifier = free_port().unwrap();
-    let rules = files(Flavour::RemoteWrite);
-    let (_vmalert, vmalert) = start_server("vmalert", &vmalert_bin, &tmp.0, "/health", |addr| {
-        let mut args: Vec<String> = rules
-            .iter()
-            .map(|f| format!("-rule={}", f.display()))
-            .collect();
-        args.extend([
-            format!("-httpListenAddr={addr}"),
-            format!("-datasource.url=http://{vm}"),
-            format!("-remoteWrite.url=http://{vm}"),
+    let no_notifier = free_port();
+    let vm_addr = vm.addr;
+    let vmalert = Vmalert::start(
+        tmp.path(),
+        &files(Flavour::RemoteWrite),
+        &[
+            format!("-datasource.url=http://{vm_addr}"),
+            format!("-remoteWrite.url=http://{vm_addr}"),
             "-remoteWrite.flushInterval=500ms".into(),
             format!("-notifier.url=http://127.0.0.1:{no_notifier}"),
             "-evaluationInterval=1s".into(),
             "-datasource.queryStep=2s".into(),
             "-loggerLevel=WARN".into(),
-        ]);
-        args
-    });
-    let collector = start_collector(&tmp.0, &format!("http://{vm}/api/v1/write"));
+        ],
+    );
+    let collector = start_collector(&format!("http://{vm_addr}/api/v1/write"));
     let feeder = Feeder::start(collector.http);
-    let log_dir = tmp.0.clone();
-    let log = move || {
-        ["victoria-metrics-0.log", "vmalert-0.log"]
-            .iter()
-            .map(|f| std::fs::read_to_string(log_dir.join(f)).unwrap_or_default())
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    check_rules_healthy(vmalert, 5);
-    check_rules_on_remote_written_data(PromClient { addr: vm }, &feeder, &log);
+    let log = || format!("{}\n{}", vm.log(), vmalert.log());
+    check_rules_healthy(vmalert.addr, group_count(Flavour::RemoteWrite));
+    check_rules_on_remote_written_data(vm.client(), &feeder, &log);
     // vmalert's own list of firing alerts agrees.
-    let (_, body) = http_get(vmalert, "/api/v1/alerts").unwrap();
+    let (_, body) = http::get(vmalert.addr, "/api/v1/alerts").unwrap();
     assert!(
         body.contains("HiggsmeterWorkerStale") && body.contains(r#""rank":"2""#),
         "{body}"
@@ -402,7 +332,7 @@ fn vmalert_runs_the_remote_write_rules_on_what_the_collector_writes_to_victoria_
 
 #[test]
 fn prometheus_runs_the_remote_write_rules_on_what_the_collector_writes_to_it() {
-    let tmp = TempDir::new();
+    let tmp = TempDir::new("e2e-prometheus-rw");
     let rules = files(Flavour::RemoteWrite)
         .iter()
         .map(|f| format!("  - {}\n", f.display()))
@@ -410,19 +340,18 @@ fn prometheus_runs_the_remote_write_rules_on_what_the_collector_writes_to_it() {
     let config =
         format!("global:\n  evaluation_interval: 1s\nrule_files:\n{rules}scrape_configs: []\n");
     let prom = Prometheus::start_with_flags(
-        &tmp.0.join("prometheus"),
+        &tmp.join("prometheus"),
         &config,
         // A short lookback so that a source that stopped is gone from instant queries
         // within seconds, as it is after 5 minutes by default (see the rules' header).
         &[
-            "--web.enable-remote-write-receiver",
+            higgsmeter_testkit::prometheus::REMOTE_WRITE_RECEIVER,
             "--query.lookback-delta=3s",
         ],
-    )
-    .unwrap();
-    let collector = start_collector(&tmp.0, &format!("http://{}/api/v1/write", prom.addr));
+    );
+    let collector = start_collector(&prom.url("/api/v1/write"));
     let feeder = Feeder::start(collector.http);
-    check_rules_healthy(prom.addr, 5);
+    check_rules_healthy(prom.addr, group_count(Flavour::RemoteWrite));
     check_rules_on_remote_written_data(prom.client(), &feeder, &|| prom.log());
     drop(feeder);
 }

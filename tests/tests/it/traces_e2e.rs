@@ -19,7 +19,10 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use higgsmeter_e2e::{ChildGuard, repo_root};
+use higgsmeter_testkit::collector::CollectorProcess;
+use higgsmeter_testkit::process::ChildGuard;
+use higgsmeter_testkit::repo_root;
+use higgsmeter_testkit::tools::python;
 use serde_json::Value;
 
 /// The spans the worker makes, with their parent (`None`: a root).
@@ -43,18 +46,6 @@ struct Run {
     received: Value,
     /// What the worker printed: `spans` (measured), `activity`, `traces_on`, `spans_ended`.
     worker: Value,
-}
-
-fn python() -> std::path::PathBuf {
-    let path = std::env::var_os("HIGGSMETER_PYTHON")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".venv/bin/python"));
-    assert!(
-        path.exists(),
-        "no Python at {}: run `bash .ci/setup` (or set HIGGSMETER_PYTHON) to create the venv",
-        path.display()
-    );
-    path
 }
 
 /// Starts the receiver, runs the worker with `env` (the endpoint's `{grpc}` and
@@ -87,7 +78,7 @@ fn run_via(env: &[(&str, &str)], via: Option<Via>) -> anyhow::Result<Run> {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit()),
-    )?;
+    );
     let stdout = receiver.child().stdout.take().context("receiver stdout")?;
     let mut lines = BufReader::new(stdout).lines();
     let ports: Value = serde_json::from_str(&lines.next().context("receiver ports")??)?;
@@ -98,29 +89,12 @@ fn run_via(env: &[(&str, &str)], via: Option<Via>) -> anyhow::Result<Run> {
             Via::Otlp => ("otlp", format!("http://127.0.0.1:{grpc}")),
             Via::OtlpHttp => ("otlphttp", format!("http://127.0.0.1:{http}")),
         };
-        let dir = std::env::temp_dir().join(format!(
-            "higgsmeter-traces-e2e-{}-{name}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir)?;
-        let config = dir.join("collector.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "exporters:\n  prometheus: {{endpoint: 127.0.0.1:0}}\n  {name}: {{endpoint: \"{endpoint}\"}}\n\
-                 service:\n  pipelines:\n    metrics: {{receivers: [otlp], exporters: [prometheus]}}\n\
-                 \x20   traces: {{receivers: [otlp], processors: [batch], exporters: [{name}]}}\n"
-            ),
-        )?;
-        let c = higgsmeter_e2e::Collector::start_with(
-            &higgsmeter_e2e::collector_binary()?,
-            &[
-                std::ffi::OsStr::new("--config"),
-                config.as_os_str(),
-                std::ffi::OsStr::new("--storage"),
-                std::ffi::OsStr::new("none"),
-            ],
-        )?;
+        let config = format!(
+            "exporters:\n  prometheus: {{endpoint: 127.0.0.1:0}}\n  {name}: {{endpoint: \"{endpoint}\"}}\n\
+             service:\n  pipelines:\n    metrics: {{receivers: [otlp], exporters: [prometheus]}}\n\
+             \x20   traces: {{receivers: [otlp], processors: [batch], exporters: [{name}]}}\n"
+        );
+        let c = CollectorProcess::start(Some(&config), &["--storage", "none"]);
         grpc = c.grpc.port().to_string();
         http = c.http.port().to_string();
         collector = Some(c);
@@ -140,8 +114,8 @@ fn run_via(env: &[(&str, &str)], via: Option<Via>) -> anyhow::Result<Run> {
     for (k, v) in env {
         worker.env(k, v.replace("{grpc}", &grpc).replace("{http}", &http));
     }
-    let mut worker = ChildGuard::spawn("trace worker", &mut worker)?;
-    let status = worker.wait_exit(Duration::from_secs(60))?;
+    let mut worker = ChildGuard::spawn("trace worker", &mut worker);
+    let status = worker.wait_exit(Duration::from_secs(60));
     let mut out = String::new();
     std::io::Read::read_to_string(
         worker.child().stdout.as_mut().context("worker stdout")?,
@@ -152,9 +126,7 @@ fn run_via(env: &[(&str, &str)], via: Option<Via>) -> anyhow::Result<Run> {
     }
     if let Some(mut c) = collector {
         // SIGTERM: the collector sends what it queued before it exits.
-        let pid = c.process.child().id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status()?;
-        let status = c.process.wait_exit(Duration::from_secs(30))?;
+        let status = c.process.terminate(Duration::from_secs(30));
         if !status.success() {
             bail!("the collector did not stop cleanly: {status}");
         }
@@ -162,7 +134,7 @@ fn run_via(env: &[(&str, &str)], via: Option<Via>) -> anyhow::Result<Run> {
     // The worker has exited: its guard flushed every export, and each was answered.
     drop(receiver.child().stdin.take());
     let received: Value = serde_json::from_str(&lines.next().context("receiver report")??)?;
-    receiver.wait_exit(Duration::from_secs(30))?;
+    receiver.wait_exit(Duration::from_secs(30));
     Ok(Run {
         received,
         worker: serde_json::from_str(out.trim())?,

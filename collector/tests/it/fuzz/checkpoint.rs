@@ -19,7 +19,7 @@ use prost::Message as _;
 use super::harness::{Tally, corpus, fuzz};
 use super::mutate::{self, Mutation};
 use super::otlp::{Model, aggregator};
-use crate::support::{parse_exposition, temp_dir};
+use crate::support::{exposition, temp_dir};
 
 /// The header's size: magic, version, length, CRC-32.
 const HEADER: usize = 8 + 4 + 8 + 4;
@@ -107,7 +107,7 @@ impl InProcess {
 /// The `fz_*` samples of a view: (name and labels) -> value, as text (so that a
 /// NaN equals itself).
 fn fz(a: &Aggregator, view: View) -> BTreeMap<String, String> {
-    parse_exposition(&a.render(view))
+    exposition::parse(&a.render(view))
         .into_iter()
         .filter(|s| s.name.starts_with("fz_"))
         .map(|s| (format!("{}{:?}", s.name, s.labels), s.value.to_string()))

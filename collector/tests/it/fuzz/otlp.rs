@@ -22,7 +22,7 @@ use prost::Message as _;
 
 use super::harness::{Tally, corpus, fuzz};
 use super::mutate::{self, Mutation};
-use crate::support::{Sample, kv, parse_exposition, started};
+use crate::support::{Sample, exposition, kv, started};
 
 /// An aggregator for one case: sources never go stale while a case runs, however
 /// slow the machine (no timing is asserted).
@@ -561,7 +561,7 @@ fn check_model(model: &Model) -> Result<(), TestCaseError> {
         .ingest_protobuf(&model.request().encode_to_vec(), Transport::Http)
         .map_err(|e| TestCaseError::fail(format!("a valid request was refused: {e}")))?;
     prop_assert_eq!(result.rejected, 0, "{:?}", result);
-    let got = fleet_samples(&parse_exposition(&a.render(View::Fleet)));
+    let got = fleet_samples(&exposition::parse(&a.render(View::Fleet)));
     let want = model.expected();
     prop_assert_eq!(
         got.keys().collect::<Vec<_>>(),

@@ -17,7 +17,7 @@ use prost::Message as _;
 use super::checkpoint::InProcess;
 use super::harness::fuzz;
 use super::otlp::{Model, model, wild_request};
-use crate::support::parse_exposition;
+use crate::support::exposition;
 
 #[derive(Clone, PartialEq, prost::Message)]
 struct WriteRequest {
@@ -220,7 +220,7 @@ fn check_remote_write(inputs: &[Input]) -> Result<(), TestCaseError> {
     // external labels fill what is missing.
     let mut scraped: BTreeMap<Key, f64> = BTreeMap::new();
     let mut scraped_twice = Vec::new();
-    for s in parse_exposition(&scrape) {
+    for s in exposition::parse(&scrape) {
         if s.name.starts_with("higgsmeter_collector_") {
             continue;
         }

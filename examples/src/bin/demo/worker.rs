@@ -112,7 +112,7 @@ pub(crate) fn run(options: &WorkerOptions) -> Result<(), higgsmeter::Error> {
         if state == AppState::Gpu {
             step += 1;
             higgsmeter::job::record_step(step);
-            if step % 50 == 0 {
+            if step.is_multiple_of(50) {
                 let _save = higgsmeter::job::checkpoint_save(step);
                 std::thread::sleep(Duration::from_millis(30));
             }

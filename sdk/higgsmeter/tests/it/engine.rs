@@ -9,9 +9,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::{http_get, ms, parse_exposition, promtool_check_metrics};
+use crate::support::ms;
 use higgsmeter::catalog::{self, Family};
 use higgsmeter::{ActivityLayer, EngineRecorders, ManualClock, Tracker, step_span, transfer_span};
+use higgsmeter_testkit::tools::promtool_check;
+use higgsmeter_testkit::{exposition, http};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::InMemoryMetricExporter;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
@@ -233,10 +235,10 @@ fn a_simulated_step_loop_records_the_catalog_families_exactly() {
     }
 
     // The same through the Prometheus endpoint.
-    let (status, text) = http_get(telemetry.prometheus_addr().unwrap(), "/metrics");
+    let (status, text) = http::get(telemetry.prometheus_addr().unwrap(), "/metrics").unwrap();
     assert_eq!(status, 200);
-    promtool_check_metrics(&text);
-    let expo = parse_exposition(&text);
+    promtool_check(&text);
+    let expo = exposition::families(&text);
     for family in catalog::STATUS_FAMILIES {
         let f = expo
             .get(family.name)

@@ -10,19 +10,20 @@
 
 use std::time::Duration;
 
-use crate::support::{
-    ExpoFamily, http_get, ms, parse_exposition, promtool_check_metrics, python, repo_root,
-};
+use crate::support::ms;
 use higgsmeter::catalog::{WORKER_ACTIVITY_TIME, WORKER_CURRENT_STATE};
 use higgsmeter::{AppState, ManualClock, Tracker};
+use higgsmeter_testkit::exposition::{self, Family};
+use higgsmeter_testkit::tools::{promtool_check, python, venv};
+use higgsmeter_testkit::{http, repo_root};
 
 fn python_exposition() -> String {
     let script = repo_root().join("sdk/higgsmeter/tests/python/seed_quickstart.py");
-    // The seed itself, from `.venv/seed` (`.ci/setup` installs it there): the venv's
-    // own `higgsmeter` is this repository's Python package.
+    // The seed itself, from the venv's `seed/` (`.ci/setup` installs it in
+    // `.venv/seed`): the venv's own `higgsmeter` is this repository's Python package.
     let out = std::process::Command::new(python())
         .arg(script)
-        .env("PYTHONPATH", repo_root().join(".venv/seed"))
+        .env("PYTHONPATH", venv().join("seed"))
         .output()
         .expect("run python");
     assert!(
@@ -64,19 +65,19 @@ fn rust_exposition() -> String {
         clock.advance(ms(125));
         tracker.finalize();
     });
-    let (status, body) = http_get(addr, "/metrics");
+    let (status, body) = http::get(addr, "/metrics").unwrap();
     assert_eq!(status, 200);
-    let (missing, _) = http_get(addr, "/nope");
+    let (missing, _) = http::get(addr, "/nope").unwrap();
     assert_eq!(missing, 404);
     drop(telemetry);
     body
 }
 
 fn family<'a>(
-    all: &'a std::collections::BTreeMap<String, ExpoFamily>,
+    all: &'a std::collections::BTreeMap<String, Family>,
     name: &str,
     side: &str,
-) -> &'a ExpoFamily {
+) -> &'a Family {
     all.get(name)
         .unwrap_or_else(|| panic!("{side} exposition has no {name}: {all:#?}"))
 }
@@ -85,15 +86,15 @@ fn family<'a>(
 fn the_seed_quick_start_matches_the_python_higgsmeter() {
     let py_text = python_exposition();
     let rs_text = rust_exposition();
-    promtool_check_metrics(&rs_text);
-    let py = parse_exposition(&py_text);
-    let rs = parse_exposition(&rs_text);
+    promtool_check(&rs_text);
+    let py = exposition::families(&py_text);
+    let rs = exposition::families(&rs_text);
 
     for name in [WORKER_ACTIVITY_TIME.name, WORKER_CURRENT_STATE.name] {
         let (p, r) = (family(&py, name, "python"), family(&rs, name, "rust"));
         assert_eq!(p.kind, r.kind, "{name}: TYPE");
         assert_eq!(p.help, r.help, "{name}: HELP");
-        let label_sets = |f: &ExpoFamily| -> std::collections::BTreeSet<(String, Vec<String>)> {
+        let label_sets = |f: &Family| -> std::collections::BTreeSet<(String, Vec<String>)> {
             f.samples
                 .keys()
                 .map(|(n, l)| (n.clone(), l.iter().map(|(k, _)| k.clone()).collect()))
@@ -118,7 +119,7 @@ fn the_seed_quick_start_matches_the_python_higgsmeter() {
         "counter"
     );
     // Final state: shutdown = 6 on both sides.
-    let state_value = |f: &ExpoFamily| *f.samples.values().next().unwrap();
+    let state_value = |f: &Family| *f.samples.values().next().unwrap();
     assert_eq!(
         state_value(family(&py, WORKER_CURRENT_STATE.name, "python")),
         6.0

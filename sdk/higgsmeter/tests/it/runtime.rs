@@ -32,7 +32,8 @@ fn from_a_plain_main_with_the_collector_down() {
         let telemetry = build(protocol, &tracker);
         tracker.set_state(AppState::Gpu, "work");
         let (status, body) =
-            crate::support::http_get(telemetry.prometheus_addr().unwrap(), "/metrics");
+            higgsmeter_testkit::http::get(telemetry.prometheus_addr().unwrap(), "/metrics")
+                .unwrap();
         assert_eq!(status, 200);
         assert!(body.contains("worker_current_state 3"), "{body}");
         telemetry.force_flush(); // fails to export: logged, not returned, not panicking

@@ -1,12 +1,12 @@
-//! Shared test helpers: the fake `libnvidia-ml.so.1`, child processes, an in-memory
-//! OpenTelemetry pipeline.
+//! The NVML meter's own test helpers: scenarios in child processes, an in-memory
+//! OpenTelemetry pipeline and its points. The fake `libnvidia-ml.so.1` is built by the
+//! workspace's test kit (`higgsmeter_testkit::nvml`), which the session agent's tests
+//! share.
 
 #![allow(dead_code, unreachable_pub, reason = "each test binary uses a part")]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use opentelemetry::metrics::Meter;
@@ -14,83 +14,7 @@ use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 
-/// A build of the fake NVML.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Variant {
-    /// Every entry point.
-    Complete,
-    /// No `nvmlShutdown`.
-    NoShutdown,
-    /// No `nvmlInit_v2`.
-    NoInit,
-}
-
-impl Variant {
-    fn dir(self) -> &'static str {
-        match self {
-            Variant::Complete => "complete",
-            Variant::NoShutdown => "no-shutdown",
-            Variant::NoInit => "no-init",
-        }
-    }
-
-    fn defines(self) -> &'static [&'static str] {
-        match self {
-            Variant::Complete => &[],
-            Variant::NoShutdown => &["-DFAKE_NO_SHUTDOWN"],
-            Variant::NoInit => &["-DFAKE_NO_INIT"],
-        }
-    }
-}
-
-const SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fake_nvml/fake_nvml.c");
-
-/// Builds the fake library (once per variant and process) with gcc and returns the path
-/// of its `libnvidia-ml.so.1`.
-pub fn fake_library(variant: Variant) -> PathBuf {
-    static BUILT: OnceLock<std::sync::Mutex<BTreeMap<&'static str, PathBuf>>> = OnceLock::new();
-    let built = BUILT.get_or_init(Default::default);
-    let mut built = built
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(path) = built.get(variant.dir()) {
-        return path.clone();
-    }
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("fake_nvml")
-        .join(variant.dir());
-    std::fs::create_dir_all(&dir).expect("create the fake NVML build directory");
-    let target = dir.join("libnvidia-ml.so.1");
-    if is_newer(&target, Path::new(SOURCE)) {
-        // Built by an earlier process (a parent test, another test binary).
-        built.insert(variant.dir(), target.clone());
-        return target;
-    }
-    // Build beside the target and rename, so concurrent test binaries never load a
-    // half-written library.
-    let partial = dir.join(format!("libnvidia-ml.so.1.{}.partial", std::process::id()));
-    let output = Command::new(std::env::var("CC").unwrap_or_else(|_| "gcc".to_owned()))
-        .args(["-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o"])
-        .arg(&partial)
-        .arg(SOURCE)
-        .args(variant.defines())
-        .output()
-        .expect("run gcc (the NVML tests build a fake libnvidia-ml.so.1 with it)");
-    assert!(
-        output.status.success(),
-        "gcc failed to build the fake NVML:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::rename(&partial, &target).expect("move the fake NVML into place");
-    built.insert(variant.dir(), target.clone());
-    target
-}
-
-/// Whether `path` exists and was modified after `than`.
-fn is_newer(path: &Path, than: &Path) -> bool {
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    matches!((modified(path), modified(than)), (Some(a), Some(b)) if a > b)
-}
+pub use higgsmeter_testkit::nvml::{Variant, fake_library};
 
 /// The environment variable that tells a test binary it runs as a scenario's child.
 pub const CHILD_ENV: &str = "HIGGSMETER_NVML_TEST_SCENARIO";

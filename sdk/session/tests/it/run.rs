@@ -8,78 +8,35 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use crate::support::{Server, wait_until};
-use higgsmeter_collector::{Collector, Config, Overrides};
+use crate::support::Server;
+use higgsmeter_testkit::collector::InProcess;
+use higgsmeter_testkit::exposition;
+use higgsmeter_testkit::nvml::{Variant, fake_library};
+use higgsmeter_testkit::process::{ChildGuard, LineLog};
+use higgsmeter_testkit::wait_until;
 use serde_json::Value;
 
-/// Builds the NVML meter's fake library (sdk/nvml/tests/fake_nvml) into this test's
-/// temporary directory.
-fn fake_nvml() -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../nvml/tests/fake_nvml/fake_nvml.c");
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("session-fake-nvml-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libnvidia-ml.so.1");
-    let output = Command::new(std::env::var("CC").unwrap_or_else(|_| "gcc".to_owned()))
-        .args(["-shared", "-fPIC", "-O2", "-o"])
-        .arg(&lib)
-        .arg(&source)
-        .output()
-        .expect("run gcc (this test builds the fake NVML library)");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    lib
-}
-
-/// Kills and reaps a child when dropped.
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The value of the first series of `name` with all `labels` in Prometheus text.
-fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .find(|l| labels.iter().all(|want| l.contains(want)))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+/// The value of the first series of `name` whose labels include every pair of
+/// `labels`, in Prometheus text.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    exposition::parse(text)
+        .into_iter()
+        .find(|s| s.name == name && labels.iter().all(|(k, v)| s.label(k) == Some(*v)))
+        .map(|s| s.value)
 }
 
 #[test]
 fn run_exports_otlp_pushes_and_pushes_once_more_on_sigterm() {
-    let lib = fake_nvml();
+    // No other test's SLEAP-named process may be seen by this agent.
+    let _sleap = crate::support::sleap_processes();
+    let lib = fake_library(Variant::Complete);
     let server = Server::start(Vec::new());
 
     // The collector, in process, on free ports.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut config = Config::default();
-    config.apply(&Overrides {
-        grpc: Some("127.0.0.1:0".into()),
-        prometheus: Some("127.0.0.1:0".into()),
-        storage: Some("none".into()),
-        ..Overrides::default()
-    });
-    let collector = runtime
-        .block_on(Collector::start(config.plan().unwrap()))
-        .unwrap();
+    let collector = InProcess::start();
     let addresses = collector.addresses();
     let grpc = addresses.grpc.unwrap();
     let prometheus = addresses.prometheus.unwrap();
@@ -89,11 +46,12 @@ fn run_exports_otlp_pushes_and_pushes_once_more_on_sigterm() {
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join("sleap-label");
     std::fs::copy("/bin/sleep", &exe).unwrap();
-    let _label = Reaped(Command::new(&exe).arg("60").spawn().unwrap());
+    let _label = ChildGuard::spawn("sleap-label", Command::new(&exe).arg("60"));
     let log = dir.join("training_log.csv");
     std::fs::write(&log, "epoch,loss,val_loss\n0,0.5,0.6\n1,0.25,0.3\n").unwrap();
 
-    let mut agent = Reaped(
+    let mut agent = ChildGuard::spawn(
+        "higgsmeter-session",
         Command::new(env!("CARGO_BIN_EXE_higgsmeter-session"))
             .args(["run", "--interval", "50ms", "--push-interval", "3600s"])
             .args(["--push-url", &server.url("/sessions/1/counters")])
@@ -111,23 +69,11 @@ fn run_exports_otlp_pushes_and_pushes_once_more_on_sigterm() {
             .env("FAKE_NVML_MEM_USED", "2147483648")
             .env("FAKE_NVML_MEM_TOTAL", "85899345920")
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+            .stderr(Stdio::piped()),
     );
-    let stderr = agent.0.stderr.take().unwrap();
-    let lines: Arc<Mutex<Vec<String>>> = Arc::default();
-    let sink = Arc::clone(&lines);
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            sink.lock().unwrap().push(line);
-        }
-    });
+    let log = LineLog::capture(agent.child().stderr.take().unwrap(), None);
     let ticks = || {
-        lines
-            .lock()
-            .unwrap()
+        log.lines()
             .iter()
             .filter(|l| l.contains("session tick"))
             .count()
@@ -150,7 +96,7 @@ fn run_exports_otlp_pushes_and_pushes_once_more_on_sigterm() {
             && sample(
                 &text,
                 "session_process_time_to_first_seen",
-                &["sleap-label"],
+                &[("session_process_name", "sleap-label")],
             )
             .is_some()
     });
@@ -159,7 +105,7 @@ fn run_exports_otlp_pushes_and_pushes_once_more_on_sigterm() {
         sample(
             &text,
             "session_window_time_total",
-            &["session_window_bucket=\"other\""]
+            &[("session_window_bucket", "other")]
         )
         .is_some_and(|v| v > 0.0),
         "{text}"
@@ -168,7 +114,7 @@ fn run_exports_otlp_pushes_and_pushes_once_more_on_sigterm() {
         sample(
             &text,
             "session_window_time_total",
-            &["session_window_bucket=\"browser\""]
+            &[("session_window_bucket", "browser")]
         ),
         Some(0.0)
     );
@@ -186,21 +132,9 @@ fn run_exports_otlp_pushes_and_pushes_once_more_on_sigterm() {
 
     // Nothing pushed yet (the interval is an hour); SIGTERM pushes.
     assert!(server.received().is_empty());
-    let status = Command::new("kill")
-        .args(["-TERM", &agent.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let exit = {
-        let mut exit = None;
-        wait_until("the agent exits after SIGTERM", || {
-            exit = agent.0.try_wait().unwrap();
-            exit.is_some()
-        });
-        exit.unwrap()
-    };
-    reader.join().unwrap();
-    let stderr = lines.lock().unwrap().join("\n");
+    agent.sigterm();
+    let exit = agent.wait_exit(Duration::from_secs(30));
+    let stderr = log.to_end(Duration::from_secs(30)).join("\n");
     assert!(exit.success(), "{exit:?}\n{stderr}");
 
     let got = server.received();
@@ -264,6 +198,6 @@ fn run_exports_otlp_pushes_and_pushes_once_more_on_sigterm() {
     );
     assert!(started.ends_with("+00:00"), "{started}");
 
-    runtime.block_on(collector.shutdown());
+    collector.shutdown();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use crate::support::wait_until;
 use higgsmeter_session::{
     NoGpu, ProcScanner, ProcessRule, ProcessSampler, SessionAgent, TrainingLogFollower,
     TrainingProgress, TrainingSampler, WindowBucket, WindowSampler,
 };
+use higgsmeter_testkit::wait_until;
 
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("hm-session-{name}-{}", std::process::id()));
@@ -50,6 +50,7 @@ fn seen(scanner: &mut ProcScanner) -> Vec<String> {
 
 #[test]
 fn the_proc_scanner_sees_real_processes_by_name_argv0_and_command_line() {
+    let _sleap = crate::support::sleap_processes();
     let dir = temp_dir("procs");
     let mut scanner = ProcScanner::default();
     // By name (comm).

@@ -11,10 +11,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::support::wait_until;
 use higgsmeter_session::{
     NoGpu, ProcScanner, SessionAgent, WindowBucket, WindowSampler, X11Window,
 };
+use higgsmeter_testkit::wait_until;
 use x11rb::connection::Connection;
 use x11rb::protocol::xproto::{
     AtomEnum, ConnectionExt as _, CreateWindowAux, PropMode, WindowClass,

@@ -1,5 +1,7 @@
-//! Helpers shared by the end-to-end tests: PromQL pieces, temporary directories, the
-//! Prometheus configs, worker processes, bounded polling and comparisons.
+//! Helpers shared by the end-to-end tests: PromQL pieces, the Prometheus configs, the
+//! e2e workers, comparisons. Processes, waits, the collector and Prometheus are the
+//! workspace's test kit (`higgsmeter-testkit`), re-exported here where these modules
+//! use them by name.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, reason = "test code")]
 
 use std::collections::BTreeMap;
@@ -8,11 +10,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use higgsmeter_e2e::{
-    ChildGuard, Collector, GroundTruth, PromClient, Prometheus, line_reader, repo_root,
-};
+use higgsmeter_e2e::GroundTruth;
+pub use higgsmeter_testkit::collector::CollectorProcess;
+pub use higgsmeter_testkit::process::{ChildGuard, line_reader};
+pub use higgsmeter_testkit::prometheus::{PromClient, Prometheus};
+pub use higgsmeter_testkit::{TempDir, eventually, repo_root};
 
 pub const W: &str = "worker_activity_time_seconds_total";
 pub const FLEET: &str = r#"job="higgsmeter""#;
@@ -22,29 +26,6 @@ pub const SOURCES: &str = r#"job="higgsmeter_sources""#;
 pub const WORKING: &str = r#"state!~"startup|warmup|shutdown""#;
 /// Shares (0..1) are checked within this much.
 pub const SHARE_TOLERANCE: f64 = 0.005;
-
-/// A temporary directory removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    /// A fresh directory under the system's temporary directory.
-    pub fn new() -> TempDir {
-        let nanos = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let dir =
-            std::env::temp_dir().join(format!("higgsmeter-e2e-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The shipped otel-config/prometheus.yml, pointed at this collector, with 1 s scrape
 /// and rule intervals and absolute rule-file paths.
@@ -107,28 +88,13 @@ pub fn spawn_worker(rank: usize, endpoint: &str, dir: &Path, extra: &[&str]) -> 
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit()),
-    )
-    .unwrap();
+    );
     let lines = line_reader(process.child().stdout.take().unwrap());
     Worker {
         process,
         lines,
         truth_path,
     }
-}
-
-/// Polls `check` (bounded: `tries` × 250 ms) until it returns `Ok`; returns the last
-/// error otherwise.
-pub fn eventually<T>(tries: u32, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let mut last = String::new();
-    for _ in 0..tries {
-        match check() {
-            Ok(v) => return v,
-            Err(e) => last = e,
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    panic!("not reached after {tries} tries: {last}");
 }
 
 pub fn close(what: &str, got: f64, want: f64, tolerance: f64) {
@@ -157,21 +123,19 @@ pub fn fleet_totals(truth: &[GroundTruth]) -> BTreeMap<(String, String), f64> {
     out
 }
 
-pub fn key(s: &higgsmeter_e2e::Sample) -> (String, String) {
+pub fn key(s: &higgsmeter_testkit::prometheus::Sample) -> (String, String) {
     (s.label("state").to_owned(), s.label("operation").to_owned())
 }
 
 /// A collector and a real Prometheus (the shipped config and rules, 1 s intervals)
 /// scraping both of its views, once Prometheus has scraped each view at least once (its
 /// discovery settles only after about 5 s).
-pub fn start_stack(tmp: &TempDir) -> (Collector, Prometheus) {
-    let binary = higgsmeter_e2e::collector_binary().unwrap();
-    let collector = Collector::start(&binary).unwrap();
+pub fn start_stack(tmp: &TempDir) -> (CollectorProcess, Prometheus) {
+    let collector = CollectorProcess::start(None, &["--storage", "none"]);
     let prometheus = Prometheus::start(
-        &tmp.0.join("prometheus"),
+        &tmp.join("prometheus"),
         &prometheus_config(collector.prometheus),
-    )
-    .unwrap();
+    );
     wait_scraped(&prometheus.client(), 2);
     (collector, prometheus)
 }
@@ -196,7 +160,7 @@ pub fn release_and_collect(workers: &mut [Worker]) -> Vec<GroundTruth> {
     }
     let mut truth = Vec::new();
     for w in workers.iter_mut() {
-        let status = w.process.wait_exit(Duration::from_secs(30)).unwrap();
+        let status = w.process.wait_exit(Duration::from_secs(30));
         assert!(
             status.success(),
             "{} exited with {status}",

@@ -1,5 +1,7 @@
-//! Shared test helpers: comparing counters JSON, the Python transcription of the seed,
-//! a real HTTP server that records what it is sent.
+//! The session agent's own test helpers: comparing counters JSON, the Python
+//! transcription of the seed, a real HTTP server that records what it is sent. Waits,
+//! processes, the in-process collector and the fake NVML are the workspace's test kit
+//! (`higgsmeter-testkit`).
 
 #![allow(
     dead_code,
@@ -13,9 +15,24 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
+use higgsmeter_testkit::wait::Wait;
 use serde_json::Value;
 
 /// `tests/fixtures/…`.
+/// Held while a test runs processes with SLEAP's names or an agent that scans for them:
+/// processes are visible system-wide, so one test's `sleap-train` would be another's
+/// agent's finding.
+pub static SLEAP_PROCESSES: Mutex<()> = Mutex::new(());
+
+/// Takes [`SLEAP_PROCESSES`] (a failed holder's poison is ignored).
+pub fn sleap_processes() -> std::sync::MutexGuard<'static, ()> {
+    SLEAP_PROCESSES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
@@ -157,30 +174,17 @@ impl Server {
 
     /// Waits (bounded: 30 s) until `n` requests have arrived; returns them.
     pub fn wait_for(&self, n: usize) -> Vec<Received> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            let got = self.received();
-            if got.len() >= n {
-                return got;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "only {} of {n} requests arrived within 30 s: {got:?}",
-                got.len()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-    }
-}
-
-/// Waits (bounded: 30 s) until `done` holds.
-pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !done() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what}: not within 30 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        Wait::up_to(Duration::from_secs(30))
+            .every(Duration::from_millis(20))
+            .until(|| {
+                let got = self.received();
+                if got.len() >= n { Ok(got) } else { Err(got) }
+            })
+            .unwrap_or_else(|got| {
+                panic!(
+                    "only {} of {n} requests arrived within 30 s: {got:?}",
+                    got.len()
+                )
+            })
     }
 }

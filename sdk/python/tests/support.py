@@ -1,15 +1,23 @@
-"""Helpers for the end-to-end tests of the Python package against the real collector.
+"""The one support module of the Python package's tests (``conftest.py`` holds only the
+fixtures, which call it). Standard library only, but for ``client_samples``.
 
+- ``clean_env()`` / ``is_setting()``: the environment without any OTel, rank or
+  higgsmeter setting (``conftest.py`` clears them from the test process).
+- ``current()`` / ``totals()``: the process-wide tracker's current (state, operation),
+  and a snapshot's entries as ``{(state, operation): seconds}``.
+- ``run_python()``: a snippet in a fresh interpreter with this package, bounded.
+- ``client_samples()`` / ``client_sample_values()``: an exposition parsed by
+  ``prometheus_client``'s own parser into ``Sample`` rows, or keyed by name and labels.
+- ``build_fake_nvml()``: the NVML meter's fake ``libnvidia-ml.so.1``, built with gcc.
 - ``repo_root()`` / ``collector_binary()``: the workspace root (found from this file) and
-  ``target/debug/higgsmeter-collector`` (built with ``cargo build -p
-  higgsmeter-collector`` when missing; ``HIGGSMETER_COLLECTOR_BIN`` overrides).
+  ``target/debug/higgsmeter-collector`` as cargo built it (``cargo build --workspace
+  --bins``, or the test command's ``cargo test --workspace``: never built from here;
+  ``HIGGSMETER_COLLECTOR_BIN`` overrides).
 - ``Collector``: the collector binary on 127.0.0.1 with port 0 everywhere (the ports it
   bound are read from the one line it prints on start), no checkpointed state, its
   stderr in a temporary file; stopped by its own PID.
 - ``scrape()`` / ``parse_prometheus_text()``: a Prometheus text scrape, parsed into
   ``Sample(name, labels, value)`` rows.
-
-Standard library only.
 """
 
 from __future__ import annotations
@@ -19,15 +27,23 @@ import dataclasses
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections import defaultdict
 from pathlib import Path
+
+#: Environment variables that configure a worker: every ``OTEL_*`` and
+#: ``HIGGSMETER_*`` one and the rank variables.
+SETTING_PREFIXES = ('OTEL_', 'HIGGSMETER_')
+RANK_VARIABLES = ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE')
 
 #: The collector's configuration for these tests (flags add the receivers and the
 #: Prometheus endpoint). A source stays in the gauges and the per-source view for
@@ -42,8 +58,83 @@ processors:
     storage: none
 """
 
-#: How long ``cargo build -p higgsmeter-collector`` may take (a cold debug build).
-BUILD_TIMEOUT_S = 1800
+#: The command that builds the collector binary these tests start.
+BUILD_COMMAND = 'cargo build --workspace --bins'
+
+
+def is_setting(name: str) -> bool:
+    """Whether ``name`` is a variable that configures a worker."""
+    return name.startswith(SETTING_PREFIXES) or name in RANK_VARIABLES
+
+
+def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The test's environment without any worker setting (``is_setting``), plus
+    ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not is_setting(k)}
+    env.update(extra or {})
+    return env
+
+
+def current():
+    """The process-wide tracker's current (state, operation)."""
+    from higgsmeter import state_tracker
+
+    return state_tracker._tracker._current_state, state_tracker._tracker._current_operation
+
+
+def totals(entries) -> dict[tuple[str, str], float]:
+    """``{(state, operation): seconds}`` from a snapshot's (or a worker's printed)
+    entries, a repeated key summed."""
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for state, op, secs in entries:
+        out[(state, op)] += secs
+    return dict(out)
+
+
+def run_python(directory: Path, code: str, env=None, timeout: float = 60):
+    """Runs the snippet ``code`` (dedented, written to ``directory/snippet.py``) in a
+    fresh interpreter with this package and the test's environment plus ``env``;
+    returns the completed process (stdout, stderr as text). Bounded in time."""
+    script = Path(directory) / 'snippet.py'
+    script.write_text(textwrap.dedent(code))
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, str(script)],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+    )
+
+
+def client_samples(text: str) -> list[Sample]:
+    """Every sample of an exposition, read by ``prometheus_client``'s parser (which
+    also checks the text is one it accepts); counter samples keep their ``_total``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [
+        Sample(s.name, dict(s.labels), s.value)
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+
+
+def client_sample_values(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``{(name, sorted labels): value}`` of an exposition (``client_samples``)."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for s in client_samples(text)}
+
+
+def build_fake_nvml(directory: Path) -> Path:
+    """Builds the NVML meter's fake (``sdk/nvml/tests/fake_nvml/fake_nvml.c``) with gcc
+    into ``directory``; returns its ``libnvidia-ml.so.1``."""
+    gcc = shutil.which('gcc') or shutil.which('cc')
+    assert gcc, 'the GPU meter test builds a fake libnvidia-ml.so.1 with gcc'
+    source = repo_root() / 'sdk/nvml/tests/fake_nvml/fake_nvml.c'
+    lib = Path(directory) / 'libnvidia-ml.so.1'
+    subprocess.run([gcc, '-shared', '-fPIC', '-O2', '-o', str(lib), str(source)], check=True)
+    return lib
 
 
 def repo_root() -> Path:
@@ -62,8 +153,9 @@ def repo_root() -> Path:
 
 
 def collector_binary() -> Path:
-    """``HIGGSMETER_COLLECTOR_BIN``, else ``<target>/debug/higgsmeter-collector``, built
-    (``cargo build -p higgsmeter-collector --quiet``) when it is missing."""
+    """``HIGGSMETER_COLLECTOR_BIN``, else ``<target>/debug/higgsmeter-collector`` as cargo
+    built it; a missing binary is an error that says how to build it (tests never run
+    cargo)."""
     override = os.environ.get('HIGGSMETER_COLLECTOR_BIN')
     if override:
         path = Path(override)
@@ -76,30 +168,11 @@ def collector_binary() -> Path:
         target = root / target
     binary = target / 'debug' / 'higgsmeter-collector'
     if not binary.is_file():
-        cmd = [
-            'cargo',
-            'build',
-            '-p',
-            'higgsmeter-collector',
-            '--bin',
-            'higgsmeter-collector',
-            '--quiet',
-        ]
-        try:
-            done = subprocess.run(
-                cmd, check=False, cwd=root, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S
-            )
-        except FileNotFoundError as e:
-            raise RuntimeError(
-                f'{binary} is missing and cargo is not on PATH; build it or set '
-                'HIGGSMETER_COLLECTOR_BIN'
-            ) from e
-        if done.returncode != 0:
-            raise RuntimeError(
-                f'{" ".join(cmd)} failed ({done.returncode}):\n{done.stderr[-6000:]}'
-            )
-        if not binary.is_file():
-            raise RuntimeError(f'{" ".join(cmd)} succeeded but {binary} is missing')
+        raise RuntimeError(
+            f'{binary} is missing: build it first with `{BUILD_COMMAND}` (the test '
+            'command, `cargo test --workspace`, builds it too), or set '
+            'HIGGSMETER_COLLECTOR_BIN to a collector built elsewhere'
+        )
     return binary
 
 
