@@ -1,5 +1,6 @@
-//! Ingest (the zero-copy reader + aggregation, against a plain prost decode) and
-//! Prometheus rendering. `cargo bench -p higgsmeter-collector --bench ingest`.
+//! Ingest (the zero-copy reader + aggregation, against a plain prost decode),
+//! Prometheus rendering and scrapes (text, gzip, protobuf), gzip levels, checkpoints.
+//! `cargo bench -p higgsmeter-collector --bench ingest`.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -317,7 +318,9 @@ fn scrape_over_loopback(
             black_box(body.len())
         })
     });
-    println!("GET /metrics: {} bytes", body.len());
+    if !body.is_empty() {
+        println!("GET /metrics: {} bytes", body.len());
+    }
     group.bench_function(
         format!("fleet_100k_series{tag}_http_loopback_first_byte"),
         |b| {
@@ -334,7 +337,136 @@ fn scrape_over_loopback(
             })
         },
     );
+    // The same scrape with `Accept-Encoding: gzip` (what Prometheus sends): request to
+    // the last compressed byte read (not inflated: the scraper's work).
+    let mut gz_bytes = 0;
+    group.bench_function(format!("fleet_100k_series{tag}_http_loopback_gzip"), |b| {
+        b.iter(|| {
+            body.clear();
+            let mut resp = client
+                .get(&url)
+                .header("accept-encoding", "gzip")
+                .send()
+                .expect("GET /metrics");
+            assert_eq!(
+                resp.headers().get("content-encoding").map(|v| v.as_bytes()),
+                Some(&b"gzip"[..])
+            );
+            resp.copy_to(&mut body).expect("the body");
+            gz_bytes = body.len();
+            black_box(body.len())
+        })
+    });
+    if gz_bytes > 0 {
+        println!("GET /metrics, gzip: {gz_bytes} bytes");
+    }
+    // The protobuf exposition (what Prometheus asks for first with native histograms),
+    // uncompressed.
+    let mut proto_bytes = 0;
+    group.bench_function(format!("fleet_100k_series{tag}_http_loopback_protobuf"), |b| {
+        b.iter(|| {
+            body.clear();
+            let mut resp = client
+                .get(&url)
+                .header(
+                    "accept",
+                    "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited",
+                )
+                .send()
+                .expect("GET /metrics");
+            resp.copy_to(&mut body).expect("the body");
+            proto_bytes = body.len();
+            black_box(body.len())
+        })
+    });
+    if proto_bytes > 0 {
+        let mut rest = body.as_slice();
+        let (mut families, mut series) = (0, 0);
+        while !rest.is_empty() {
+            let family =
+                opentelemetry_proto::prometheus_client::MetricFamily::decode_length_delimited(
+                    &mut rest,
+                )
+                .expect("a MetricFamily");
+            families += 1;
+            series += family.metric.len();
+        }
+        println!(
+            "GET /metrics, protobuf: {proto_bytes} bytes, {families} families, {series} series"
+        );
+    }
+    // The same scrape, timed in CPU (this process's, the collector's threads and the
+    // client's together): steadier than wall time on a shared machine.
+    group.bench_function(format!("fleet_100k_series{tag}_http_loopback_cpu"), |b| {
+        b.iter_custom(|rounds| {
+            let start = process_cpu();
+            for _ in 0..rounds {
+                body.clear();
+                let mut resp = client.get(&url).send().expect("GET /metrics");
+                resp.copy_to(&mut body).expect("the body");
+            }
+            process_cpu().saturating_sub(start)
+        })
+    });
     rt.block_on(running.shutdown());
+}
+
+/// What each gzip level costs on the render benchmark's fleet view (44.9 MB of text),
+/// compressed in the scrape's 64 KiB writes: the time, and the size it prints. How
+/// `views::scrape::GZIP_LEVEL` was chosen.
+fn gzip_levels(c: &mut Criterion) {
+    use std::io::Write as _;
+    let mut group = c.benchmark_group("gzip");
+    group.sample_size(10);
+    let config = AggregateConfig {
+        stale_after: Some(Duration::from_secs(3600)),
+        ..AggregateConfig::default()
+    };
+    let aggregator = Aggregator::standalone(config).expect("config");
+    for w in 0..100 {
+        let req = request_scaled(w, 1, true, 1.0).encode_to_vec();
+        let _ = aggregator.ingest_protobuf(&req, Transport::Grpc);
+    }
+    let text = aggregator.render(View::Fleet);
+    group.throughput(Throughput::Bytes(text.len() as u64));
+    for level in [1, 2, 3, 6] {
+        let compress = || {
+            let mut gz = flate2::write::GzEncoder::new(
+                Vec::with_capacity(text.len() / 8),
+                flate2::Compression::new(level),
+            );
+            for chunk in text.as_bytes().chunks(64 * 1024) {
+                gz.write_all(chunk).expect("compress");
+            }
+            gz.finish().expect("compress")
+        };
+        let mut size = 0;
+        group.bench_function(format!("fleet_100k_series_level_{level}"), |b| {
+            b.iter(|| {
+                size = compress().len();
+                black_box(size)
+            })
+        });
+        if size > 0 {
+            println!("gzip level {level}: {} -> {size} bytes", text.len());
+        }
+    }
+    group.finish();
+}
+
+/// The CPU time this process has used (`CLOCK_PROCESS_CPUTIME_ID`), all threads.
+fn process_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    #[allow(
+        unsafe_code,
+        reason = "clock_gettime writes only `ts`, valid for the call"
+    )]
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// The CPU time this thread has used (`CLOCK_THREAD_CPUTIME_ID`): what a checkpoint
@@ -416,5 +548,12 @@ fn checkpoint(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, ingest, parallel_ingest, render, checkpoint);
+criterion_group!(
+    benches,
+    ingest,
+    parallel_ingest,
+    render,
+    gzip_levels,
+    checkpoint
+);
 criterion_main!(benches);

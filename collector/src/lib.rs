@@ -42,8 +42,10 @@
 //!   `Family::fleet`), or kept per source (`worker_current_state`, with
 //!   `worker_sources_in_state` derived); a gauge with no rule is left out of the fleet
 //!   view. `/metrics/sources` is the per-source view of every family.
-//! - **Exporters**: Prometheus text on `127.0.0.1:9464` (OpenMetrics when the scraper
-//!   asks for it), OTLP push (`exporters.otlp`, `exporters.otlphttp`) with a bounded
+//! - **Exporters**: Prometheus on `127.0.0.1:9464` (`/metrics`, `/metrics/sources`),
+//!   negotiated as client_golang's exporters do: text 0.0.4, OpenMetrics 1.0 or the
+//!   protobuf exposition (delimited `io.prometheus.client.MetricFamily`, classic
+//!   histograms) by `Accept`, gzip-compressed when `Accept-Encoding` allows it; OTLP push (`exporters.otlp`, `exporters.otlphttp`) with a bounded
 //!   queue and backoff, and Prometheus remote write 1.0
 //!   (`exporters.prometheusremotewrite`: the series and values of a `/metrics` scrape
 //!   plus `external_labels`, snappy-compressed protobuf, to Prometheus, Mimir, Cortex,

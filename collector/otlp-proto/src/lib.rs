@@ -10,6 +10,11 @@
 //! not use), and the collector's normal dependencies must not hold the SDK
 //! (ADR 6, `docs/adr/0006-vendored-otlp-types.md`).
 //!
+//! `prometheus_client` (`src/prometheus_client.rs`) is not vendored: the Prometheus
+//! protobuf exposition's messages (`io.prometheus.client.MetricFamily` and what it holds),
+//! written by hand with prost's derive, for the collector's `/metrics` when a scraper asks
+//! for protobuf.
+//!
 //! Not a stable API: it follows whatever `opentelemetry-proto` version the workspace
 //! pins; `README.md` here says how to update it.
 
@@ -20,3 +25,5 @@
 mod proto;
 
 pub use proto::tonic;
+
+pub mod prometheus_client;

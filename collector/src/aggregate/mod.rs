@@ -436,6 +436,14 @@ impl Aggregator {
         exposition::encode(self.rows(view), Format::OpenMetrics)
     }
 
+    /// Renders a view as the Prometheus protobuf exposition: length-delimited
+    /// `io.prometheus.client.MetricFamily` messages (what a scraper asking for
+    /// `application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily;
+    /// encoding=delimited` gets), the families and values of [`Aggregator::render`].
+    pub fn render_protobuf(&self, view: View) -> Vec<u8> {
+        views::exposition_proto::encode(self.rows(view))
+    }
+
     /// The OTLP export of the fleet view (and of every live source's series when
     /// `include_sources`), with the number of points it carries: the rows are read under
     /// the lock, the request built after it.

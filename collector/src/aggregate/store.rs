@@ -98,6 +98,10 @@ pub(crate) struct Metric {
     unit: String,
     gauge_agg: GaugeAggregation,
     series: usize,
+    /// The histogram bounds its series and fleet entries last took: equal bounds are one
+    /// `Arc`, so a scrape's encoder sees the same bounds again by pointer instead of
+    /// reading each series' copy (a cache miss per histogram series).
+    bounds: Option<std::sync::Arc<[f64]>>,
 }
 
 pub(crate) struct Source {
@@ -667,10 +671,26 @@ impl Store {
             unit,
             gauge_agg,
             series: 0,
+            bounds: None,
         });
         self.metric_by_name.insert(m.name.to_owned(), (id, 0));
         self.prom_names.insert(prom_name, id);
         Ok((id, 0))
+    }
+
+    /// `bounds` as one `Arc` with the last equal bounds of `metric`'s histograms.
+    fn shared_bounds(&mut self, metric: u32, bounds: &[f64]) -> std::sync::Arc<[f64]> {
+        let Some(m) = self.metrics.get_mut(metric as usize) else {
+            return bounds.into();
+        };
+        match &m.bounds {
+            Some(last) if **last == *bounds => last.clone(),
+            _ => {
+                let shared: std::sync::Arc<[f64]> = bounds.into();
+                m.bounds = Some(shared.clone());
+                shared
+            }
+        }
     }
 
     /// `Err` with the refusal when series `id` was created by another of its metric's
@@ -851,9 +871,9 @@ impl Store {
                 let value = match kind {
                     MetricKind::Counter => FleetValue::Counter(0.0),
                     MetricKind::Gauge => FleetValue::Gauge,
-                    MetricKind::Histogram => {
-                        FleetValue::Histogram(Hist::empty(bounds.unwrap_or(&[])))
-                    }
+                    MetricKind::Histogram => FleetValue::Histogram(Hist::empty_shared(
+                        self.shared_bounds(metric, bounds.unwrap_or(&[])),
+                    )),
                 };
                 let f = self.fleet.len() as u32;
                 self.fleet.push(Fleet::new(
@@ -872,7 +892,9 @@ impl Store {
                 value: 0.0,
                 updated: now,
             },
-            MetricKind::Histogram => Value::Histogram(Hist::empty(bounds.unwrap_or(&[]))),
+            MetricKind::Histogram => Value::Histogram(Hist::empty_shared(
+                self.shared_bounds(metric, bounds.unwrap_or(&[])),
+            )),
         };
         let series = Series {
             source,

@@ -13,6 +13,7 @@ use crate::views::exposition::Format;
 
 const SEC: u64 = 1_000_000_000;
 
+mod formats;
 mod overflow;
 
 fn kv(k: &str, v: &str) -> KeyValue {

@@ -1,6 +1,11 @@
 //! The Prometheus endpoint (`exporters.prometheus`): its settings, and what it serves:
 //! `/metrics` (fleet view), `/metrics/sources` (per-source view), the cluster page,
 //! `/healthz` and `/readyz`.
+//!
+//! Both views are negotiated as client_golang's `promhttp` does (`views::negotiate`):
+//! text 0.0.4, OpenMetrics 1.0 or the protobuf exposition by `Accept`, gzip by
+//! `Accept-Encoding` (`views::scrape`: one stream over the body, compressed as the
+//! chunks are encoded); `Vary: Accept, Accept-Encoding`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,7 +29,8 @@ use crate::error::Error;
 use crate::net::LimitedListener;
 use crate::self_metrics::Listener;
 use crate::tls::TlsServerSettings;
-use crate::views::exposition::{Encoder, Format};
+use crate::views::negotiate::{self, Coding};
+use crate::views::scrape::Scrape;
 
 /// `exporters.prometheus` (and `prometheus/NAME`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -140,13 +146,8 @@ impl PrometheusPlan {
     }
 }
 
-/// The text exposition format's content type.
-pub(crate) const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// OpenMetrics' content type, served when the scraper's `Accept` asks for it.
-pub(crate) const OPENMETRICS_FORMAT: &str =
-    "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
+/// The scrape's answer: `view` in the format and content coding the request's `Accept`
+/// and `Accept-Encoding` negotiate (`views::negotiate`), streamed.
 fn exposition(aggregator: &Aggregator, view: View, headers: &HeaderMap) -> Response {
     if !aggregator.ready() {
         // Right after a restore, until each source that was live has pushed again (at
@@ -163,32 +164,44 @@ fn exposition(aggregator: &Aggregator, view: View, headers: &HeaderMap) -> Respo
         )
             .into_response();
     }
-    let accept = headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let (content_type, format) = if accept.contains("application/openmetrics-text") {
-        (OPENMETRICS_FORMAT, Format::OpenMetrics)
-    } else {
-        (TEXT_FORMAT, Format::Text)
+    let header_str = |name| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect::<Vec<_>>()
+            .join(",")
     };
-    // The rows are read under the lock; the text is encoded as the body is sent, in
-    // chunks, after the lock is released.
-    let encoder = Encoder::new(aggregator.rows(view), format);
-    let chunks = futures_util::stream::unfold(encoder, |mut encoder| async move {
-        let chunk = encoder.next_chunk(CHUNK)?;
-        Some((Ok::<_, std::convert::Infallible>(chunk), encoder))
+    let format = negotiate::format(&header_str(header::ACCEPT));
+    let coding = negotiate::coding(&header_str(header::ACCEPT_ENCODING));
+    tracing::debug!(
+        view = ?view,
+        format = format.name(),
+        gzip = coding == Coding::Gzip,
+        "scrape"
+    );
+    // The rows are read under the lock; they are encoded (and compressed) as the body
+    // is sent, in chunks, after the lock is released.
+    let scrape = Scrape::new(aggregator.rows(view), format, coding);
+    let chunks = futures_util::stream::unfold(scrape, |mut scrape| async move {
+        let chunk = scrape.next_chunk().transpose()?;
+        Some((chunk, scrape))
     });
-    (
-        [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
-        Body::from_stream(chunks),
-    )
-        .into_response()
+    let mut response = Body::from_stream(chunks).into_response();
+    let out = response.headers_mut();
+    out.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    out.insert(
+        header::VARY,
+        HeaderValue::from_static("Accept, Accept-Encoding"),
+    );
+    if coding == Coding::Gzip {
+        out.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    response
 }
-
-/// How much text one chunk of a scrape's body holds (small enough for the allocator to
-/// reuse its buffers).
-const CHUNK: usize = 64 * 1024;
 
 async fn fleet(State(aggregator): State<Arc<Aggregator>>, headers: HeaderMap) -> Response {
     exposition(&aggregator, View::Fleet, &headers)

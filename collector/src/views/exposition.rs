@@ -147,7 +147,9 @@ impl Encoder {
             let end = family.rows.len().min(self.row + 512);
             for row in family.rows.get(self.row..end).unwrap_or(&[]) {
                 match &row.value {
-                    RowValue::Number(v) => sample(out, &self.name, "", &row.labels, *v),
+                    RowValue::Number(v) => {
+                        sample(out, &self.name, "", self.rows.labels(row), *v);
+                    }
                     RowValue::Hist { .. } => histogram(
                         out,
                         &self.rows,
@@ -256,11 +258,12 @@ fn histogram(
         return;
     };
     les.set(bounds);
+    let labels = rows.labels(row);
     prefix.clear();
     prefix.push_str(name);
     prefix.push_str("_bucket{");
-    prefix.push_str(&row.labels);
-    if !row.labels.is_empty() {
+    prefix.push_str(labels);
+    if !labels.is_empty() {
         prefix.push(',');
     }
     let mut cumulative = 0u64;
@@ -271,8 +274,8 @@ fn histogram(
         format_u64(cumulative, out);
         out.put_ascii(b'\n');
     }
-    sample(out, name, "_sum", &row.labels, *sum);
-    sample(out, name, "_count", &row.labels, *count as f64);
+    sample(out, name, "_sum", labels, *sum);
+    sample(out, name, "_count", labels, *count as f64);
 }
 
 /// Encodes `rows` whole.

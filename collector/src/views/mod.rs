@@ -1,6 +1,7 @@
 //! The views: what the store's read models become for their readers. The Prometheus
-//! exposition (text 0.0.4 and OpenMetrics 1.0), the OTLP push's request, and the
-//! cluster page's JSON and timeline.
+//! exposition (text 0.0.4 and OpenMetrics 1.0, and the protobuf exposition; which one a
+//! scrape gets, and whether gzip-compressed, is `negotiate`'s, and `scrape` streams it),
+//! the OTLP push's request, and the cluster page's JSON and timeline.
 //!
 //! A view never sees the store. Under the aggregator's lock the store copies what a
 //! view reads into a read model ([`rows::Rows`], [`rows::OtlpRows`],
@@ -14,10 +15,13 @@ pub(crate) mod cluster;
 pub(crate) mod cluster_json;
 pub(crate) mod cluster_timeline;
 pub(crate) mod exposition;
+pub(crate) mod exposition_proto;
 pub(crate) mod format;
 pub(crate) mod jobs;
+pub(crate) mod negotiate;
 pub(crate) mod otlp;
 pub(crate) mod rows;
+pub(crate) mod scrape;
 
 /// Which Prometheus view to render.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,8 +1,11 @@
 //! The read model of the Prometheus views: under the aggregator's lock the store
 //! produces a view's rows (families in exposition order, each with its samples' labels
-//! and values); encoders (`views::exposition`: text 0.0.4 and OpenMetrics 1.0)
-//! format them after the lock is released. Labels are shared with the store (`Arc`),
-//! histogram counts copied into one buffer, so taking the rows is a copy of numbers.
+//! and values); encoders (`views::exposition`: text 0.0.4 and OpenMetrics 1.0,
+//! `views::exposition_proto`: protobuf; remote write's) format them after the lock is
+//! released. Every row's label text is copied into one
+//! buffer, and histogram counts into another: the encoders then read both in order
+//! (the store's label strings, scattered over the heap, were a cache miss per series
+//! in the encoder, and their reference counts another two under the lock and after).
 
 use std::sync::Arc;
 
@@ -48,9 +51,10 @@ pub(crate) struct FamilyRows {
     pub(crate) rows: Vec<Row>,
 }
 
-/// One series: its rendered labels (`k="v",…`, escaped) and its value.
+/// One series: where its rendered labels (`k="v",…`, escaped) are in [`Rows::text`],
+/// and its value.
 pub(crate) struct Row {
-    pub(crate) labels: Arc<str>,
+    labels: (usize, usize),
     pub(crate) value: RowValue,
 }
 
@@ -73,6 +77,11 @@ pub(crate) struct Rows {
     pub(crate) families: Vec<FamilyRows>,
     /// Every histogram's bucket counts, back to back.
     pub(crate) counts: Vec<u64>,
+    /// Every row's label text, back to back (see [`Rows::labels`]).
+    pub(crate) text: String,
+    /// The bounds of the last histogram row: a row with equal bounds shares this `Arc`
+    /// (the encoders then recognise them by pointer).
+    pub(crate) last_bounds: Option<Arc<[f64]>>,
 }
 
 impl Rows {
@@ -93,20 +102,33 @@ impl Rows {
             .sum()
     }
 
-    pub(crate) fn push_family(
-        &mut self,
-        name: &str,
-        help: &str,
-        kind: FamilyKind,
-    ) -> &mut Vec<Row> {
+    /// A row's rendered labels (`k="v",…`, escaped; empty for none).
+    pub(crate) fn labels(&self, row: &Row) -> &str {
+        self.text
+            .get(row.labels.0..row.labels.1)
+            .unwrap_or_default()
+    }
+
+    /// Starts a family, with room for `rows` rows.
+    pub(crate) fn push_family(&mut self, name: &str, help: &str, kind: FamilyKind, rows: usize) {
         self.families.push(FamilyRows {
             name: name.into(),
             help: help.into(),
             kind,
-            rows: Vec::new(),
+            rows: Vec::with_capacity(rows),
         });
-        let last = self.families.len() - 1;
-        &mut self.families[last].rows
+    }
+
+    /// Adds a row to the last family (started by [`Rows::push_family`]).
+    pub(crate) fn push_row(&mut self, labels: &str, value: RowValue) {
+        let start = self.text.len();
+        self.text.push_str(labels);
+        if let Some(family) = self.families.last_mut() {
+            family.rows.push(Row {
+                labels: (start, self.text.len()),
+                value,
+            });
+        }
     }
 
     /// A histogram's row: its bucket counts appended to the shared buffer (its count
@@ -124,13 +146,55 @@ impl Rows {
         } else {
             self.counts.extend_from_slice(counts);
         }
+        let bounds = match &self.last_bounds {
+            Some(last) if Arc::ptr_eq(last, bounds) || same_bounds(last, bounds) => last.clone(),
+            _ => {
+                self.last_bounds = Some(bounds.clone());
+                bounds.clone()
+            }
+        };
         RowValue::Hist {
-            bounds: bounds.clone(),
+            bounds,
             at,
             count,
             sum,
         }
     }
+}
+
+/// Whether two histograms' bounds are the same bits.
+fn same_bounds(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// The labels of a rendered label set (`a="x",b="y\"z"`, as `naming::render_labels`
+/// writes them), unescaped; `None` if the text is not in that shape.
+pub(crate) fn parse_labels(text: &str) -> Option<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while !rest.is_empty() {
+        let (name, after) = rest.split_once("=\"")?;
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let end = loop {
+            match chars.next()? {
+                (i, '"') => break i,
+                (_, '\\') => match chars.next()?.1 {
+                    'n' => value.push('\n'),
+                    c => value.push(c),
+                },
+                (_, c) => value.push(c),
+            }
+        };
+        out.push((name.to_owned(), value));
+        rest = &after[end + 1..];
+        rest = match rest.strip_prefix(',') {
+            Some(r) => r,
+            None if rest.is_empty() => rest,
+            None => return None,
+        };
+    }
+    Some(out)
 }
 
 /// A metric's OTLP identity.

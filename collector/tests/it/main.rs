@@ -18,6 +18,7 @@ mod exposition;
 mod fuzz;
 mod jobs;
 mod layering;
+mod negotiation;
 mod python_workers;
 mod remote_write;
 mod renamed_metric;

@@ -56,9 +56,14 @@ impl Hist {
     }
 
     pub(super) fn empty(bounds: &[f64]) -> Hist {
+        Hist::empty_shared(bounds.into())
+    }
+
+    /// An empty histogram over `bounds`, shared with others.
+    pub(super) fn empty_shared(bounds: std::sync::Arc<[f64]>) -> Hist {
         Hist {
-            bounds: bounds.into(),
             counts: vec![0; bounds.len() + 1].into_boxed_slice(),
+            bounds,
             count: 0,
             sum: 0.0,
         }

@@ -14,7 +14,7 @@ use higgsmeter_catalog::{
 use super::read::with_static;
 use super::{Store, Value, value_string};
 use crate::views::jobs::{JobSourceReading, JobSummary};
-use crate::views::rows::{Row, RowValue, Rows};
+use crate::views::rows::{RowValue, Rows};
 
 /// Every job source the store holds, read at `now` (monotonic ns). Cheap when no source
 /// carries a `job.id`: the series are scanned only when one does.
@@ -119,16 +119,6 @@ pub(crate) fn job_rows(store: &Store, jobs: &[JobSummary], out: &mut Rows) {
     if jobs.is_empty() {
         return;
     }
-    let row = |job: &str, cause: Option<&str>, value: f64| {
-        let labels = match cause {
-            Some(cause) => with_static(store, &[("job_id", job), ("cause", cause)]),
-            None => with_static(store, &[("job_id", job)]),
-        };
-        Row {
-            labels,
-            value: RowValue::Number(value),
-        }
-    };
     let simple = [
         (
             &JOB_TIME,
@@ -139,21 +129,23 @@ pub(crate) fn job_rows(store: &Store, jobs: &[JobSummary], out: &mut Rows) {
         (&JOB_DISRUPTIONS, |j| j.disruptions as f64),
     ];
     for (family, value) in simple {
-        let rows: Vec<Row> = jobs
-            .iter()
-            .map(|j| row(&j.job_id, None, value(j)))
-            .collect();
-        out.push_family(family.name, family.help, family.kind.into())
-            .extend(rows);
+        out.push_family(family.name, family.help, family.kind.into(), jobs.len());
+        for j in jobs {
+            let labels = with_static(store, &[("job_id", &j.job_id)]);
+            out.push_row(&labels, RowValue::Number(value(j)));
+        }
     }
-    let rows: Vec<Row> = jobs
-        .iter()
-        .flat_map(|j| {
-            j.badput_seconds
-                .iter()
-                .map(|(cause, secs)| row(&j.job_id, Some(cause), *secs))
-        })
-        .collect();
-    out.push_family(JOB_BADPUT.name, JOB_BADPUT.help, JOB_BADPUT.kind.into())
-        .extend(rows);
+    let rows = jobs.iter().map(|j| j.badput_seconds.len()).sum();
+    out.push_family(
+        JOB_BADPUT.name,
+        JOB_BADPUT.help,
+        JOB_BADPUT.kind.into(),
+        rows,
+    );
+    for j in jobs {
+        for (cause, secs) in &j.badput_seconds {
+            let labels = with_static(store, &[("job_id", &j.job_id), ("cause", cause)]);
+            out.push_row(&labels, RowValue::Number(*secs));
+        }
+    }
 }

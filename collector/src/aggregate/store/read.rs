@@ -16,7 +16,7 @@ use super::super::{MetricKind, View};
 use super::{FleetRead, Store, TARGET_INFO, Value, value_string};
 use crate::self_metrics::SelfMetrics;
 use crate::views::cluster::{ClusterReading, CollectorClock, SourceReading, rank_order};
-use crate::views::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, Row, RowValue, Rows};
+use crate::views::rows::{Attrs, FamilyKind, MetricHead, OtlpPoint, OtlpRows, RowValue, Rows};
 
 /// One row of a view, before liveness and value checks.
 #[derive(Clone, Copy)]
@@ -33,11 +33,12 @@ enum Entry {
 struct Order {
     layout: Option<u64>,
     entries: Vec<Entry>,
-    /// How many rows each family had and how many bucket counts the view held the
-    /// last time it was read: the next read sizes its buffers from them instead of
-    /// growing them by doubling.
+    /// How many rows each family had, how many bucket counts and how much label text
+    /// the view held the last time it was read: the next read sizes its buffers from
+    /// them instead of growing them by doubling.
     family_rows: Vec<usize>,
     counts: usize,
+    text: usize,
 }
 
 /// What reading keeps between scrapes (in the [`Store`]): sorting 100k label strings
@@ -113,6 +114,8 @@ impl Order {
 
 /// The rows of `view` at `now` (run under the aggregator's lock).
 pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> Rows {
+    let mut rows = Rows::default();
+    let out = &mut rows;
     // The same view being read at once by another reader keeps the cache: this one
     // sorts for itself.
     let mut spare = Order::default();
@@ -129,10 +132,9 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
         View::Fleet => fleet_gauges(store, now),
         View::Sources => Vec::new(),
     };
-    let mut out = Rows {
-        families: Vec::with_capacity(order.family_rows.len() + 16),
-        counts: Vec::with_capacity(order.counts),
-    };
+    out.families.reserve(order.family_rows.len() + 16);
+    out.counts.reserve(order.counts);
+    out.text.reserve(order.text);
     let mut current: Option<u32> = None;
     for entry in &order.entries {
         let (metric, labels, value) = match *entry {
@@ -150,7 +152,7 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
                     (Value::Counter { value } | Value::Gauge { value, .. }, View::Sources) => {
                         RowValue::Number(*value)
                     }
-                    (Value::Histogram(h), View::Sources) => h.row(&mut out),
+                    (Value::Histogram(h), View::Sources) => h.row(out),
                 };
                 (s.metric, &s.labels, value)
             }
@@ -160,7 +162,7 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
                 };
                 let value = match f.value() {
                     FleetRead::Counter(v) => RowValue::Number(v),
-                    FleetRead::Histogram(h) => h.row(&mut out),
+                    FleetRead::Histogram(h) => h.row(out),
                     FleetRead::Gauge => match gauges.get(i as usize).copied().flatten() {
                         Some((v, _)) => RowValue::Number(v),
                         None => continue,
@@ -175,27 +177,22 @@ pub(crate) fn rows(store: &Store, view: View, now: u64, stats: &SelfMetrics) -> 
         if current != Some(metric) {
             current = Some(metric);
             let hint = order.family_rows.get(out.families.len()).copied();
-            out.push_family(&m.prom_name, &m.help, m.kind.into())
-                .reserve(hint.unwrap_or(0));
+            out.push_family(&m.prom_name, &m.help, m.kind.into(), hint.unwrap_or(0));
         }
-        if let Some(family) = out.families.last_mut() {
-            family.rows.push(Row {
-                labels: labels.clone(),
-                value,
-            });
-        }
+        out.push_row(labels, value);
     }
     order.family_rows.clear();
     order
         .family_rows
         .extend(out.families.iter().map(|f| f.rows.len()));
     order.counts = out.counts.len();
+    order.text = out.text.len();
     if view == View::Fleet {
-        sources_in_state(store, now, &mut out);
-        self_metrics(store, now, stats, &mut out);
+        sources_in_state(store, now, out);
+        self_metrics(store, now, stats, out);
     }
-    target_info(store, now, &mut out);
-    out
+    target_info(store, now, out);
+    rows
 }
 
 /// Fleet gauges combined over live sources, by fleet entry.
@@ -225,14 +222,14 @@ pub(crate) fn fleet_gauges(store: &Store, now: u64) -> Vec<Option<(f64, u64)>> {
         .collect()
 }
 
-pub(super) fn with_static(store: &Store, pairs: &[(&str, &str)]) -> Arc<str> {
+pub(super) fn with_static(store: &Store, pairs: &[(&str, &str)]) -> String {
     let mut labels: Vec<(String, String)> = pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
     labels.extend(store.static_labels.iter().cloned());
     labels.sort();
-    render_labels(&labels).into()
+    render_labels(&labels)
 }
 
 fn sources_in_state(store: &Store, now: u64, out: &mut Rows) {
@@ -259,20 +256,24 @@ fn sources_in_state(store: &Store, now: u64, out: &mut Rows) {
         }
     }
     let f = WORKER_SOURCES_IN_STATE;
-    let rows: Vec<Row> = higgsmeter_catalog::STATES
-        .iter()
-        .map(|state| Row {
-            labels: with_static(store, &[(f.labels[0], state.name)]),
-            value: RowValue::Number(counts[usize::from(state.code)] as f64),
-        })
-        .collect();
-    out.push_family(f.name, f.help, f.kind.into()).extend(rows);
+    out.push_family(
+        f.name,
+        f.help,
+        f.kind.into(),
+        higgsmeter_catalog::STATES.len(),
+    );
+    for state in higgsmeter_catalog::STATES {
+        out.push_row(
+            &with_static(store, &[(f.labels[0], state.name)]),
+            RowValue::Number(counts[usize::from(state.code)] as f64),
+        );
+    }
 }
 
 /// The collector's own families, with the two the store derives (series held and
 /// live sources), in name order.
 fn self_metrics(store: &Store, now: u64, stats: &SelfMetrics, out: &mut Rows) {
-    let mut families: Vec<(&'static Family, Vec<Row>)> = Vec::new();
+    let mut families: Vec<(&'static Family, Vec<(String, f64)>)> = Vec::new();
     let mut add = |family: &'static Family, values: &[&str], value: f64| {
         let pairs: Vec<(&str, &str)> = family
             .labels
@@ -280,10 +281,7 @@ fn self_metrics(store: &Store, now: u64, stats: &SelfMetrics, out: &mut Rows) {
             .copied()
             .zip(values.iter().copied())
             .collect();
-        let row = Row {
-            labels: with_static(store, &pairs),
-            value: RowValue::Number(value),
-        };
+        let row = (with_static(store, &pairs), value);
         match families.last_mut() {
             Some((f, rows)) if f.name == family.name => rows.push(row),
             _ => families.push((family, vec![row])),
@@ -295,7 +293,7 @@ fn self_metrics(store: &Store, now: u64, stats: &SelfMetrics, out: &mut Rows) {
     add(&COLLECTOR_SOURCES, &[], store.live_sources(now) as f64);
     add(&COLLECTOR_SERIES_BUDGET, &[], store.budget as f64);
     // Which source overflowed: its identity labels, and the metric.
-    let overflow: Vec<Row> = store
+    let overflow: Vec<(String, f64)> = store
         .overflow_counts()
         .into_iter()
         .map(|(source, metric, points)| {
@@ -304,10 +302,7 @@ fn self_metrics(store: &Store, now: u64, stats: &SelfMetrics, out: &mut Rows) {
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect();
             pairs.push((COLLECTOR_OVERFLOW_POINTS.labels[0], metric));
-            Row {
-                labels: with_static(store, &pairs),
-                value: RowValue::Number(points as f64),
-            }
+            (with_static(store, &pairs), points as f64)
         })
         .collect();
     if !overflow.is_empty() {
@@ -315,8 +310,10 @@ fn self_metrics(store: &Store, now: u64, stats: &SelfMetrics, out: &mut Rows) {
     }
     families.sort_by_key(|(f, _)| f.name);
     for (family, rows) in families {
-        out.push_family(family.name, family.help, family.kind.into())
-            .extend(rows);
+        out.push_family(family.name, family.help, family.kind.into(), rows.len());
+        for (labels, value) in rows {
+            out.push_row(&labels, RowValue::Number(value));
+        }
     }
 }
 
@@ -333,15 +330,10 @@ fn target_info(store: &Store, now: u64, out: &mut Rows) {
     }
     live.sort_unstable();
     live.dedup();
-    let rows: Vec<Row> = live
-        .into_iter()
-        .map(|labels| Row {
-            labels: labels.clone(),
-            value: RowValue::Number(1.0),
-        })
-        .collect();
-    out.push_family(TARGET_INFO, "Target metadata", FamilyKind::Info)
-        .extend(rows);
+    out.push_family(TARGET_INFO, "Target metadata", FamilyKind::Info, live.len());
+    for labels in live {
+        out.push_row(labels, RowValue::Number(1.0));
+    }
 }
 
 /// The OTLP push's rows at `now` (run under the aggregator's lock).

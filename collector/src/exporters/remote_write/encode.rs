@@ -12,6 +12,7 @@ use prost::Message as _;
 
 use super::prompb::{self, Label, MetricMetadata, Sample, TimeSeries, WriteRequest};
 use crate::views::format::format_value;
+pub(crate) use crate::views::rows::parse_labels;
 use crate::views::rows::{FamilyKind, RowValue, Rows};
 
 /// One compressed request, ready to send.
@@ -31,36 +32,6 @@ pub(crate) struct Extra<'a> {
     pub(crate) max_batch: usize,
     /// The samples' time, ms since the Unix epoch.
     pub(crate) timestamp_ms: i64,
-}
-
-/// The labels of a rendered label set (`a="x",b="y\"z"`, as `naming::render_labels`
-/// writes them), unescaped; `None` if the text is not in that shape.
-pub(crate) fn parse_labels(text: &str) -> Option<Vec<(String, String)>> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while !rest.is_empty() {
-        let (name, after) = rest.split_once("=\"")?;
-        let mut value = String::new();
-        let mut chars = after.char_indices();
-        let end = loop {
-            match chars.next()? {
-                (i, '"') => break i,
-                (_, '\\') => match chars.next()?.1 {
-                    'n' => value.push('\n'),
-                    c => value.push(c),
-                },
-                (_, c) => value.push(c),
-            }
-        };
-        out.push((name.to_owned(), value));
-        rest = &after[end + 1..];
-        rest = match rest.strip_prefix(',') {
-            Some(r) => r,
-            None if rest.is_empty() => rest,
-            None => return None,
-        };
-    }
-    Some(out)
 }
 
 /// Builds the batches of one send.
@@ -101,7 +72,7 @@ impl<'a> BatchBuilder<'a> {
             };
             let mut described = false;
             for row in &family.rows {
-                let Some(mut base) = parse_labels(&row.labels) else {
+                let Some(mut base) = parse_labels(rows.labels(row)) else {
                     self.lost += 1;
                     continue;
                 };
