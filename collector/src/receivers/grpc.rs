@@ -415,6 +415,9 @@ fn account(
         .to_ascii_lowercase();
     let reason = match tonic::Code::from(code) {
         tonic::Code::Ok => return resp,
+        // The sender went away mid-request (killed, or its own deadline passed): nothing
+        // was refused, and an alert on refusals must not fire for a rank's crash.
+        tonic::Code::Cancelled => return resp,
         tonic::Code::Internal if message.contains("decompress") => RequestRefusal::Decompress,
         tonic::Code::Internal | tonic::Code::InvalidArgument | tonic::Code::DataLoss => {
             resp.headers_mut()
