@@ -33,7 +33,7 @@ const NOT_RUN: &[(&str, &str)] = &[
     ),
     (
         "bash .ci/setup && cargo test --workspace && .venv/bin/python -m pytest sdk/python -q",
-        "installs packages as root and runs every test (about 12 minutes from a fresh clone): what CI runs",
+        "installs packages as root and runs every test (about 6 minutes of cargo test from a fresh clone): what CI runs",
     ),
     (
         "pip uninstall -y higgsmeter && pip install higgsmeter-0.2.0-cp310-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl",
