@@ -137,6 +137,19 @@ fn close(what: &str, got: f64, want: f64) {
     );
 }
 
+/// `/api/jobs` once `ready` holds of its first job's ranks (at most 15 s).
+fn jobs_when(
+    collector: &CollectorProcess,
+    what: &str,
+    ready: impl Fn(&[serde_json::Value]) -> bool,
+) -> serde_json::Value {
+    wait_for(std::time::Duration::from_secs(15), what, || {
+        let jobs: serde_json::Value = serde_json::from_str(&collector.scrape("/api/jobs")).ok()?;
+        let ranks = jobs["jobs"][0]["ranks"].as_array()?.clone();
+        ready(&ranks).then_some(jobs)
+    })
+}
+
 #[test]
 fn a_restart_from_a_checkpoint_through_a_collector_restart_adds_up_exactly() {
     let state = temp_dir("jobs-state");
@@ -179,22 +192,12 @@ fn a_restart_from_a_checkpoint_through_a_collector_restart_adds_up_exactly() {
         );
         // The ledger reads every second: it sees the mid-run checkpoint before the next
         // export replaces it (an SDK exports once a second, at most one mark of each kind).
-        wait_for(
-            std::time::Duration::from_secs(15),
-            "step 15 in /api/jobs",
-            || {
-                let jobs: serde_json::Value =
-                    serde_json::from_str(&collector.scrape("/api/jobs")).ok()?;
-                let ranks = jobs["jobs"][0]["ranks"].as_array()?.clone();
-                ranks
-                    .iter()
-                    .any(|r| {
-                        r["rank"].as_str() == Some(&*rank.to_string())
-                            && r["incarnations"][0]["step"] == 15.0
-                    })
-                    .then_some(())
-            },
-        );
+        jobs_when(&collector, "step 15 in /api/jobs", |ranks| {
+            ranks.iter().any(|r| {
+                r["rank"].as_str() == Some(&*rank.to_string())
+                    && r["incarnations"][0]["step"] == 15.0
+            })
+        });
         let last = seconds(rank, &fixed0, 27, 2);
         let tracked0: f64 = last.iter().map(|x| x.2).sum();
         post(
@@ -258,15 +261,9 @@ fn a_restart_from_a_checkpoint_through_a_collector_restart_adds_up_exactly() {
         .expect("keep the request");
     }
     // The ledger has incarnation 0 of every rank before the restart (it reads every second).
-    wait_for(
-        std::time::Duration::from_secs(15),
-        "incarnation 0 in /api/jobs",
-        || {
-            let jobs: serde_json::Value =
-                serde_json::from_str(&collector.scrape("/api/jobs")).ok()?;
-            (jobs["jobs"][0]["ranks"].as_array()?.len() == RANKS as usize).then_some(())
-        },
-    );
+    jobs_when(&collector, "incarnation 0 in /api/jobs", |ranks| {
+        ranks.len() == RANKS as usize
+    });
     wait_for(
         std::time::Duration::from_secs(30),
         "the store to forget incarnation 0",
@@ -283,19 +280,11 @@ fn a_restart_from_a_checkpoint_through_a_collector_restart_adds_up_exactly() {
         let req = ExportMetricsServiceRequest::decode(bytes.as_slice()).expect("decode");
         post(collector.http, &req);
     }
-    let jobs = wait_for(
-        std::time::Duration::from_secs(15),
-        "incarnation 1 in /api/jobs",
-        || {
-            let jobs: serde_json::Value =
-                serde_json::from_str(&collector.scrape("/api/jobs")).ok()?;
-            let ranks = jobs["jobs"][0]["ranks"].as_array()?.clone();
-            ranks
-                .iter()
-                .all(|r| r["incarnations"].as_array().is_some_and(|i| i.len() == 2))
-                .then_some(jobs)
-        },
-    );
+    let jobs = jobs_when(&collector, "incarnation 1 in /api/jobs", |ranks| {
+        ranks
+            .iter()
+            .all(|r| r["incarnations"].as_array().is_some_and(|i| i.len() == 2))
+    });
     let job = &jobs["jobs"][0];
     assert_eq!(job["job_id"], JOB);
     assert_eq!(job["disruptions"], 1);
@@ -434,20 +423,12 @@ fn the_cluster_page_shows_each_job_and_fits_its_window() {
             }
         })
     };
-    let jobs = wait_for(
-        std::time::Duration::from_secs(15),
-        "the job in /api/jobs",
-        || {
-            let jobs: serde_json::Value =
-                serde_json::from_str(&collector.scrape("/api/jobs")).ok()?;
-            let ranks = jobs["jobs"][0]["ranks"].as_array()?.clone();
-            (ranks.len() == 2
-                && ranks
-                    .iter()
-                    .all(|r| r["incarnations"].as_array().is_some_and(|i| i.len() == 2)))
-            .then_some(jobs)
-        },
-    );
+    let jobs = jobs_when(&collector, "the job in /api/jobs", |ranks| {
+        ranks.len() == 2
+            && ranks
+                .iter()
+                .all(|r| r["incarnations"].as_array().is_some_and(|i| i.len() == 2))
+    });
     let job = &jobs["jobs"][0];
     let html = dump_dom(&format!("http://{}/", collector.prometheus), 4000);
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
