@@ -471,7 +471,11 @@ fn the_cluster_page_shows_each_job_and_fits_its_window() {
     // The window fits the data: seconds of uptime, not the 15-minute default.
     let timeline = tags_with(&html, "id=\"timeline\"");
     let window: u64 = timeline[0]["data-window"].parse().expect("window");
-    assert!((10..=60).contains(&window), "window {window}: {timeline:?}");
+    // (a few seconds here; a slow machine's browser start may add a minute)
+    assert!(
+        (10..=300).contains(&window),
+        "window {window}: {timeline:?}"
+    );
     assert_eq!(tags_with(&html, "id=\"zoom\"")[0]["data-auto"], "true");
 
     // Table and lanes agree on "now" for every live source that reports its state
