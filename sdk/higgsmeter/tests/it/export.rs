@@ -8,8 +8,8 @@
 use crate::support::{manual, ms};
 use higgsmeter::AppState;
 use higgsmeter::catalog::{WORKER_ACTIVITY_TIME, WORKER_CURRENT_STATE};
+use opentelemetry_sdk::metrics::Temporality;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
-use opentelemetry_sdk::metrics::{InMemoryMetricExporter, Temporality};
 
 /// (state, operation) → seconds of the last export's activity counter.
 fn activity(rm: &ResourceMetrics) -> Vec<(String, String, f64)> {
@@ -64,10 +64,7 @@ fn seconds(v: &[(String, String, f64)], state: &str, op: &str) -> f64 {
 #[test]
 fn exports_taken_mid_state_show_live_time_and_never_decrease() {
     let (tracker, clock, dispatch) = manual();
-    let exporter = InMemoryMetricExporter::default();
-    let telemetry = crate::support::with_memory_exporter(&tracker, exporter.clone())
-        .init()
-        .unwrap();
+    let (telemetry, exporter) = crate::support::memory_pipeline(&tracker);
     tracing::dispatcher::with_default(&dispatch, || {
         tracker.set_state(AppState::Idle, "waiting_for_work");
         clock.advance(ms(500));
@@ -110,10 +107,7 @@ fn exports_taken_mid_state_show_live_time_and_never_decrease() {
 #[test]
 fn exports_after_finalize_show_the_totals_at_finalize() {
     let (tracker, clock, dispatch) = manual();
-    let exporter = InMemoryMetricExporter::default();
-    let telemetry = crate::support::with_memory_exporter(&tracker, exporter.clone())
-        .init()
-        .unwrap();
+    let (telemetry, exporter) = crate::support::memory_pipeline(&tracker);
     tracing::dispatcher::with_default(&dispatch, || {
         {
             let _gpu = tracker.scope(AppState::Gpu, "train_step");
@@ -180,10 +174,7 @@ fn delta_temporality_exports_increments_that_add_up() {
 #[test]
 fn every_state_code_is_the_seeds() {
     let (tracker, _clock, dispatch) = manual();
-    let exporter = InMemoryMetricExporter::default();
-    let telemetry = crate::support::with_memory_exporter(&tracker, exporter.clone())
-        .init()
-        .unwrap();
+    let (telemetry, exporter) = crate::support::memory_pipeline(&tracker);
     let expected = [
         ("idle", 0),
         ("io", 1),

@@ -108,10 +108,7 @@ fn export(telemetry: &Telemetry, exporter: &InMemoryMetricExporter) -> ResourceM
 #[test]
 fn marks_are_exported_as_the_job_gauges_once_set() {
     let (tracker, clock, dispatch) = manual();
-    let exporter = InMemoryMetricExporter::default();
-    let telemetry = crate::support::with_memory_exporter(&tracker, exporter.clone())
-        .init()
-        .unwrap();
+    let (telemetry, exporter) = crate::support::memory_pipeline(&tracker);
     tracing::dispatcher::with_default(&dispatch, || {
         let rm = export(&telemetry, &exporter);
         assert_eq!(job_gauges(&rm), gauges(&[]), "no mark set: no job gauge");
@@ -174,10 +171,7 @@ fn marks_are_exported_as_the_job_gauges_once_set() {
 #[test]
 fn checkpoint_productive_seconds_equal_the_gpu_seconds_at_the_save() {
     let (tracker, clock, dispatch) = manual();
-    let exporter = InMemoryMetricExporter::default();
-    let telemetry = crate::support::with_memory_exporter(&tracker, exporter.clone())
-        .init()
-        .unwrap();
+    let (telemetry, exporter) = crate::support::memory_pipeline(&tracker);
     tracing::dispatcher::with_default(&dispatch, || {
         tracker.set_state(AppState::Io, "data_loading");
         clock.advance(ms(2_000));
@@ -250,10 +244,7 @@ fn checkpoint_productive_seconds_equal_the_gpu_seconds_at_the_save() {
 #[test]
 fn checkpoint_and_badput_scopes_count_under_their_operations() {
     let (tracker, clock, dispatch) = manual();
-    let exporter = InMemoryMetricExporter::default();
-    let telemetry = crate::support::with_memory_exporter(&tracker, exporter.clone())
-        .init()
-        .unwrap();
+    let (telemetry, exporter) = crate::support::memory_pipeline(&tracker);
     tracing::dispatcher::with_default(&dispatch, || {
         tracker.set_state(AppState::Gpu, "train_step");
         {
@@ -357,10 +348,7 @@ fn a_failed_checkpoint_records_no_mark() {
 fn a_disabled_tracker_exports_no_marks() {
     let (tracker, _clock, dispatch) = manual();
     tracker.set_enabled(false);
-    let exporter = InMemoryMetricExporter::default();
-    let telemetry = crate::support::with_memory_exporter(&tracker, exporter.clone())
-        .init()
-        .unwrap();
+    let (telemetry, exporter) = crate::support::memory_pipeline(&tracker);
     tracing::dispatcher::with_default(&dispatch, || {
         tracker.record_step(5);
         drop(tracker.checkpoint_save(5));
@@ -559,10 +547,7 @@ fn a_bad_incarnation_fails_init_naming_the_variable() {
 #[test]
 fn every_export_carries_the_last_eight_checkpoints() {
     let (tracker, clock, dispatch) = manual();
-    let exporter = InMemoryMetricExporter::default();
-    let telemetry = crate::support::with_memory_exporter(&tracker, exporter.clone())
-        .init()
-        .unwrap();
+    let (telemetry, exporter) = crate::support::memory_pipeline(&tracker);
     tracing::dispatcher::with_default(&dispatch, || {
         tracker.set_state(AppState::Gpu, "train_step");
         for step in 1..=10u64 {

@@ -72,6 +72,21 @@ pub fn isolated(tracker: &Tracker) -> higgsmeter::TelemetryBuilder {
         .with_tracker(tracker.clone())
 }
 
+/// `tracker`'s pipeline into an in-memory exporter that exports only when flushed:
+/// the guard and the exporter to read.
+pub fn memory_pipeline(
+    tracker: &Tracker,
+) -> (
+    higgsmeter::Telemetry,
+    opentelemetry_sdk::metrics::InMemoryMetricExporter,
+) {
+    let exporter = opentelemetry_sdk::metrics::InMemoryMetricExporter::default();
+    let telemetry = with_memory_exporter(tracker, exporter.clone())
+        .init()
+        .expect("an in-memory pipeline");
+    (telemetry, exporter)
+}
+
 /// [`isolated`] with an in-memory exporter that exports only when flushed.
 pub fn with_memory_exporter<E: opentelemetry_sdk::metrics::exporter::PushMetricExporter>(
     tracker: &Tracker,
