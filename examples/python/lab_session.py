@@ -10,7 +10,9 @@ module swapped for higgsmeter's, unchanged otherwise.
 ``--session-started-at`` (by default its first sample's time); ``--synthetic N`` makes N
 samples of a session (a
 subject working in the labelling software, then training). Prints the counters at the
-end as one JSON line (datetimes in ISO 8601).
+end as one JSON line (datetimes in ISO 8601). With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set,
+the counters are also exported (``higgsmeter.lab.export``): the session families reach
+the collector, the last export at exit carrying the final counters.
 """
 
 import argparse
@@ -25,6 +27,7 @@ from higgsmeter.lab import SUBJECT_FIELD
 from higgsmeter.lab import WINDOW_BUCKETS
 from higgsmeter.lab import Sample
 from higgsmeter.lab import apply_sample
+from higgsmeter.lab import export
 from higgsmeter.lab import new_counters
 
 START = datetime(2025, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -89,6 +92,7 @@ def main() -> int:
     if started is None:
         started = samples[0].ts if args.samples and samples else START
     counters = new_counters(started)
+    export(counters)  # False, and nothing exported, without an OTLP endpoint
     for sample in samples:
         apply_sample(counters, sample)
     out = {k: plain(v) for k, v in dataclasses.asdict(counters).items()}

@@ -15,7 +15,9 @@
 //! (`datetime` subtraction, `in`).
 
 use chrono::{DateTime, Utc};
-use higgsmeter_session::{Sample, SessionCounters};
+use higgsmeter_session::{Sample, SessionCounters, SessionExport};
+use opentelemetry::metrics::MeterProvider as _;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyString, PyTuple};
 
@@ -300,5 +302,124 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         PyTuple::new(py, higgsmeter_session::SLEAP_PROCESSES)?,
     )?;
     m.add_function(wrap_pyfunction!(session_apply, m)?)?;
+    m.add_class::<PySessionExport>()?;
     Ok(())
+}
+
+/// The session families of one `SessionCounters` dataclass, exported through the
+/// process's OpenTelemetry pipeline (`higgsmeter.lab.export`): each `publish` copies
+/// the dataclass's fields into the Rust counters the instruments read at each export.
+#[pyclass(module = "higgsmeter._core", name = "SessionExport", frozen)]
+pub(crate) struct PySessionExport {
+    inner: SessionExport,
+}
+
+#[pymethods]
+impl PySessionExport {
+    /// Registers the session families on the running pipeline's meter, reporting `c`'s
+    /// fields as they are now. Raises `RuntimeError` when no pipeline exports metrics.
+    #[new]
+    fn new(c: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let provider = crate::pipeline::meter_provider().ok_or_else(|| {
+            PyRuntimeError::new_err(
+                "no metrics pipeline runs in this process: set OTEL_EXPORTER_OTLP_ENDPOINT \
+                 (or HIGGSMETER_PROMETHEUS_ADDR) before exporting the session counters",
+            )
+        })?;
+        let counters = published(c, None)?;
+        Ok(PySessionExport {
+            inner: SessionExport::register(&provider.meter("higgsmeter-session"), counters),
+        })
+    }
+
+    /// Makes `c`'s fields what the next export reports. A field whose value is not a
+    /// number (or `None` where the field may be unset) keeps the value published last.
+    fn publish(&self, c: &Bound<'_, PyAny>) -> PyResult<()> {
+        let counters = published(c, Some(self.inner.counters()))?;
+        self.inner.publish(counters);
+        Ok(())
+    }
+}
+
+/// The Rust counters of a `SessionCounters` dataclass: every field read as a number
+/// (`float(x)`, an `int` kept whole), `session_started_at` through its `isoformat()`;
+/// a field that does not read keeps its value in `last` (zero or unset without one).
+fn published(c: &Bound<'_, PyAny>, last: Option<SessionCounters>) -> PyResult<SessionCounters> {
+    let started = c
+        .getattr("session_started_at")
+        .and_then(|t| t.call_method0("isoformat"))
+        .ok()
+        .and_then(|t| t.extract::<String>().ok())
+        .and_then(|t| higgsmeter_session::parse_timestamp(&t));
+    let mut out = last.unwrap_or_else(|| {
+        SessionCounters::new(started.unwrap_or_else(|| DateTime::<Utc>::UNIX_EPOCH.fixed_offset()))
+    });
+    if let Some(started) = started {
+        out.session_started_at = started;
+    }
+    let float = |name: &str| -> Option<f64> { c.getattr(name).ok()?.extract::<f64>().ok() };
+    let whole = |v: &Bound<'_, PyAny>| -> Option<i64> {
+        v.extract::<i64>().ok().or_else(|| {
+            let f = v.extract::<f64>().ok()?;
+            // Truncated toward zero, saturating, as `int(x)` for the values that fit.
+            #[allow(clippy::cast_possible_truncation, reason = "saturating by design")]
+            f.is_finite().then_some(f.trunc() as i64)
+        })
+    };
+    let int = |name: &str| -> Option<i64> { whole(&c.getattr(name).ok()?) };
+    // `None` unsets; a number sets; anything else keeps the last value.
+    let optional = |name: &str, slot: &mut Option<i64>| {
+        if let Ok(v) = c.getattr(name) {
+            if v.is_none() {
+                *slot = None;
+            } else if let Some(i) = whole(&v) {
+                *slot = Some(i);
+            }
+        }
+    };
+    if let Some(n) = int("sample_count") {
+        out.sample_count = u64::try_from(n).unwrap_or(0);
+    }
+    for (field, slot) in [
+        (
+            higgsmeter_session::SUBJECT_FIELD,
+            &mut out.seconds_in_subject_software,
+        ),
+        ("seconds_in_terminal", &mut out.seconds_in_terminal),
+        ("seconds_in_browser", &mut out.seconds_in_browser),
+        ("seconds_in_other", &mut out.seconds_in_other),
+        ("gpu_active_seconds", &mut out.gpu_active_seconds),
+        ("gpu_util_peak", &mut out.gpu_util_peak),
+        ("vram_used_peak_mb", &mut out.vram_used_peak_mb),
+    ] {
+        if let Some(v) = float(field) {
+            *slot = v;
+        }
+    }
+    optional(
+        "seconds_to_first_sleap_label",
+        &mut out.seconds_to_first_sleap_label,
+    );
+    optional(
+        "seconds_to_first_sleap_train",
+        &mut out.seconds_to_first_sleap_train,
+    );
+    optional(
+        "seconds_to_first_sleap_track",
+        &mut out.seconds_to_first_sleap_track,
+    );
+    if let Some(n) = int("max_labeled_frames") {
+        out.max_labeled_frames = n;
+    }
+    if let Some(n) = int("training_epochs_completed") {
+        out.training_epochs_completed = n;
+    }
+    if let Ok(v) = c.getattr("training_final_loss") {
+        if v.is_none() {
+            out.training_final_loss = None;
+        } else if let Ok(f) = v.extract::<f64>() {
+            out.training_final_loss = Some(f);
+        }
+    }
+    Ok(out)
 }

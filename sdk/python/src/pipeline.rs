@@ -185,6 +185,12 @@ pub(crate) fn forget_after_fork() {
     }
 }
 
+/// The running pipeline's meter provider, if one runs and exports metrics.
+pub(crate) fn meter_provider() -> Option<opentelemetry_sdk::metrics::SdkMeterProvider> {
+    let current = telemetry().clone()?;
+    lock(&current).meter_provider().cloned()
+}
+
 /// Whether a pipeline runs.
 #[pyfunction]
 pub(crate) fn running() -> bool {

@@ -43,6 +43,10 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Counters aggregated elsewhere (your own sampling loop, or the Python layer's
+//! `higgsmeter.lab`) are exported the same way with a [`SessionExport`]: register it on a
+//! meter and `publish` the counters after each sample.
+//!
 //! GPU readings come from an [`NvmlMeter`](higgsmeter_nvml::NvmlMeter) already running in
 //! the process — `higgsmeter::init()`'s with the `nvml` feature
 //! (`telemetry.gpu_meter()`), or one you start — so NVML is opened once:
@@ -141,6 +145,7 @@
 mod agent;
 mod counters;
 mod error;
+mod export;
 mod instruments;
 mod iso;
 mod push;
@@ -156,6 +161,7 @@ pub use counters::{
     WINDOW_BUCKETS,
 };
 pub use error::Error;
+pub use export::SessionExport;
 pub use iso::Timestamp;
 pub use push::{
     DEFAULT_FINAL_PUSH_DEADLINE, DEFAULT_INITIAL_BACKOFF, DEFAULT_PUSH_INTERVAL,

@@ -37,6 +37,7 @@ __all__ = [
     'GaugeRecorder',
     'KvPagesRecorder',
     'PrefixCacheRecorder',
+    'SessionExport',
     'SpanRef',
     'StateScope',
     'StepRecorder',
@@ -182,6 +183,17 @@ SESSION_GPU_ACTIVE_UTIL_THRESHOLD: float
 SESSION_SUBJECT_FIELD: str
 SESSION_WINDOW_BUCKETS: tuple[str, ...]
 SESSION_SLEAP_PROCESSES: tuple[str, ...]
+
+@final
+class SessionExport:
+    """The session families of one ``SessionCounters`` dataclass on the running
+    pipeline's meter (``higgsmeter.lab.export``)."""
+
+    def __new__(cls, c: SessionCounters) -> SessionExport:
+        """Registers the families, reporting ``c`` as it is now; ``RuntimeError`` when
+        no pipeline exports metrics."""
+    def publish(self, c: SessionCounters) -> None:
+        """Makes ``c``'s fields what the next export reports."""
 
 def session_apply(c: SessionCounters, s: Sample, elapsed: int, seen: list[str]) -> bool:
     """Applies sample ``s`` to the ``SessionCounters`` dataclass ``c`` with the Rust

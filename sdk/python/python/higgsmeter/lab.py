@@ -31,6 +31,9 @@ number) takes the seed's own Python code instead, so every sample gets the seed'
 result, or the seed's exception after the same partial update.
 """
 
+import os
+import threading
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -110,11 +113,55 @@ def apply_sample(c: SessionCounters, s: Sample) -> None:
         return
     if not (-(2**63) <= elapsed < 2**63 and _session_apply(c, s, elapsed, seen)):
         _apply_sample_seed(c, s)
+    exported = _exports.get(id(c))
+    if exported is not None and exported[0]() is c:
+        exported[1].publish(c)
 
 
 def new_counters(session_started_at: datetime) -> SessionCounters:
     """Zeroed counters of a session that started at ``session_started_at``."""
     return SessionCounters(session_started_at=session_started_at)
+
+
+# id(counters) -> (a weak reference to them, their _core.SessionExport).
+_exports: dict = {}
+_exports_lock = threading.Lock()
+
+
+def export(c: SessionCounters) -> bool:
+    """Exports ``c`` through the process's OpenTelemetry pipeline, as the Rust session
+    agent exports its counters: ``session.samples``, ``session.window.time`` per bucket,
+    ``session.process.time_to_first_seen`` per SLEAP process, and the training gauges
+    (see the package's README for their Prometheus names). The pipeline starts from
+    the standard ``OTEL_*`` variables if ``enable_tracker`` has not started it (the
+    state tracker stays as it is); each ``apply_sample(c, ...)`` after this call
+    publishes ``c``'s fields for the next export, and the last export at exit carries
+    the final counters. Exporting the same counters again does nothing.
+
+    Returns whether a pipeline exports metrics (``False``, and nothing started or
+    registered, when neither ``OTEL_EXPORTER_OTLP_ENDPOINT`` nor
+    ``HIGGSMETER_PROMETHEUS_ADDR`` is set);
+    a bad setting raises ``ConfigError``. The counters stay plain dataclasses: the
+    export reads them, it never changes them.
+    """
+    from higgsmeter.tracker import _otlp_configured
+    from higgsmeter.tracker import state_tracker
+
+    if state_tracker.pipeline is None and not (
+        _otlp_configured() or os.environ.get('HIGGSMETER_PROMETHEUS_ADDR', '').strip()
+    ):
+        return False  # nothing to export to: no pipeline started for nothing
+    info = state_tracker.start_pipeline()
+    if not (info.get('otlp') or info.get('prometheus_addr')):
+        return False
+    with _exports_lock:
+        exported = _exports.get(id(c))
+        if exported is not None and exported[0]() is c:
+            return True
+        key = id(c)
+        ref = weakref.ref(c, lambda _ref, key=key: _exports.pop(key, None))
+        _exports[key] = (ref, _core.SessionExport(c))
+    return True
 
 
 def _apply_sample_seed(c: SessionCounters, s: Sample) -> None:
@@ -155,5 +202,6 @@ __all__ = [
     'Sample',
     'SessionCounters',
     'apply_sample',
+    'export',
     'new_counters',
 ]

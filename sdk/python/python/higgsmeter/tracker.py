@@ -144,18 +144,30 @@ class _GlobalTracker:
             self._tracker.enabled = tracks
             if not tracks:
                 return
-            if self.pipeline is None:
-                if gpu_meter is None:
-                    gpu_meter = _flag('HIGGSMETER_GPU_METER')
-                self.pipeline = _core.init(
-                    self._tracker, rank=rank, service_name=_service_name(), gpu_meter=gpu_meter
-                )
-                self._rank = rank
-                atexit.register(_core.shutdown)
+            self._start_pipeline(rank, gpu_meter)
             if self._collector is None:
                 from higgsmeter import _prometheus
 
                 self._collector = _prometheus.register(self._tracker)
+
+    def start_pipeline(self) -> dict:
+        """Starts the process's OpenTelemetry pipeline from the environment, as
+        ``enable_tracker`` does, without enabling the tracker (what ``higgsmeter.lab``'s
+        ``export`` needs); returns what runs (see ``_core.init``)."""
+        with self._lock:
+            return self._start_pipeline(None, None)
+
+    def _start_pipeline(self, rank: int | None, gpu_meter: bool | None) -> dict:
+        # Called with self._lock held.
+        if self.pipeline is None:
+            if gpu_meter is None:
+                gpu_meter = _flag('HIGGSMETER_GPU_METER')
+            self.pipeline = _core.init(
+                self._tracker, rank=rank, service_name=_service_name(), gpu_meter=gpu_meter
+            )
+            self._rank = rank
+            atexit.register(_core.shutdown)
+        return self.pipeline
 
     def _after_fork_in_child(self) -> None:
         """A forked child starts off with a timeline of its own: the parent's totals are

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod export;
 mod parity;
 mod push;
 mod run;
