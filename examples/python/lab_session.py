@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import json
 import random
+import re
 from datetime import datetime
 from datetime import timedelta
 from datetime import timezone
@@ -56,6 +57,15 @@ def synthetic(n: int, seed: int = 3) -> list[Sample]:
     return out
 
 
+def parse_time(text: str) -> datetime:
+    """ISO 8601 as CPython 3.11's ``fromisoformat`` reads it, also on 3.10 (whose
+    ``fromisoformat`` takes neither a trailing ``Z`` nor a fraction of other than 3 or 6
+    digits)."""
+    text = text[:-1] + '+00:00' if text.endswith('Z') else text
+    text = re.sub(r'\.(\d+)', lambda m: '.' + (m.group(1) + '000000')[:6], text, count=1)
+    return datetime.fromisoformat(text)
+
+
 def read_samples(path: str) -> list[Sample]:
     samples = []
     with open(path, encoding='utf-8') as f:
@@ -64,7 +74,7 @@ def read_samples(path: str) -> list[Sample]:
                 continue
             try:
                 row = json.loads(line)
-                row['ts'] = datetime.fromisoformat(row['ts'])
+                row['ts'] = parse_time(row['ts'])
                 row['processes_seen'] = set(row.get('processes_seen', ()))
                 samples.append(Sample(**row))
             except (ValueError, TypeError, KeyError) as e:
@@ -85,7 +95,7 @@ def main() -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument('--samples', help='a JSON-lines file of samples')
     group.add_argument('--synthetic', type=int, help='this many made-up samples')
-    parser.add_argument('--session-started-at', type=datetime.fromisoformat, default=None)
+    parser.add_argument('--session-started-at', type=parse_time, default=None)
     args = parser.parse_args()
     samples = read_samples(args.samples) if args.samples else synthetic(args.synthetic)
     started = args.session_started_at

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import math
 import random
+import re
 from datetime import datetime
 from datetime import timedelta
 from datetime import timezone
@@ -37,6 +38,17 @@ def _load_seed():
 
 seed = _load_seed()
 FIELDS = [f.name for f in dataclasses.fields(seed.SessionCounters)]
+
+
+def _time(text):
+    # ISO 8601 as CPython 3.11's fromisoformat reads it (the seed's main ran there): a
+    # trailing Z and a fraction of any length, which 3.10's does not take.
+    return datetime.fromisoformat(_iso_310(text))
+
+
+def _iso_310(text):
+    text = text[:-1] + '+00:00' if text.endswith('Z') else text
+    return re.sub(r'\.(\d+)', lambda m: '.' + (m.group(1) + '000000')[:6], text, count=1)
 
 
 def _state(c):
@@ -77,11 +89,11 @@ def test_new_counters_are_the_seeds():
 def test_the_fixture_replay_matches_the_seeds_output():
     # The seed's main on samples.jsonl printed expected.json: ours prints the same.
     expected = json.loads(_fixture('expected.json').read_text())
-    c = lab.new_counters(datetime.fromisoformat(expected['session_started_at']))
+    c = lab.new_counters(_time(expected['session_started_at']))
     for line in _fixture('samples.jsonl').read_text().splitlines():
         if line.strip():
             fields = json.loads(line)
-            fields['ts'] = datetime.fromisoformat(fields['ts'])
+            fields['ts'] = _time(fields['ts'])
             fields['processes_seen'] = set(fields['processes_seen'])
             lab.apply_sample(c, lab.Sample(**fields))
     out = dataclasses.asdict(c)
