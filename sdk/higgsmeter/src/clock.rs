@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where a [`Tracker`](crate::Tracker) reads time, in nanoseconds since it was made.
 #[derive(Debug, Clone)]
 pub enum Clock {
-    /// The monotonic clock (`std::time::Instant`): what every real worker uses.
-    Monotonic(Instant),
+    /// The monotonic clock ([`MonotonicClock`]): what every real worker uses.
+    Monotonic(MonotonicClock),
     /// Time that moves only when told to (see [`ManualClock`]): for exact, sleep-free tests.
     Manual(ManualClock),
 }
@@ -16,18 +16,55 @@ pub enum Clock {
 impl Clock {
     /// The monotonic clock, starting now.
     pub fn monotonic() -> Clock {
-        Clock::Monotonic(Instant::now())
+        Clock::Monotonic(MonotonicClock::new())
     }
 
     /// Nanoseconds since the clock's origin.
     #[inline]
     pub fn now_nanos(&self) -> u64 {
         match self {
-            Clock::Monotonic(origin) => {
-                u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
-            }
+            Clock::Monotonic(clock) => clock.now_nanos(),
             Clock::Manual(manual) => manual.now_nanos(),
         }
+    }
+}
+
+/// The monotonic clock, read where it is cheapest: the CPU's time-stamp counter where it
+/// is invariant (x86-64's `rdtsc`, aarch64's system counter), scaled to nanoseconds by a
+/// calibration against `CLOCK_MONOTONIC` made once per process (under a millisecond
+/// usually, 200 ms at most); `CLOCK_MONOTONIC` itself elsewhere (the `quanta` crate
+/// decides). A transition reads it twice, so this is most of what separates a state
+/// scope from a bare `tracing` span: about 9 ns a read against 21 ns for
+/// `clock_gettime` on the benchmark machine.
+///
+/// The tracker's sums are exact against this clock whatever it is (every interval is
+/// one difference of two of its readings); against the system's clock they agree to
+/// the calibration's error, parts per million.
+#[derive(Debug, Clone)]
+pub struct MonotonicClock {
+    clock: quanta::Clock,
+    origin: u64,
+}
+
+impl MonotonicClock {
+    /// A clock whose origin is now.
+    pub fn new() -> MonotonicClock {
+        let clock = quanta::Clock::new();
+        let origin = clock.raw();
+        MonotonicClock { clock, origin }
+    }
+
+    /// Nanoseconds since the origin (never less than zero: a counter read on another
+    /// core a few cycles behind the origin counts as the origin).
+    #[inline]
+    pub fn now_nanos(&self) -> u64 {
+        self.clock.delta_as_nanos(self.origin, self.clock.raw())
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        MonotonicClock::new()
     }
 }
 

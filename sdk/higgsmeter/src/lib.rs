@@ -181,7 +181,7 @@ mod gpu;
 #[path = "off/gpu.rs"]
 mod gpu;
 
-pub use clock::{Clock, ManualClock};
+pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use engine::{
     ConductorRequestsRecorder, CounterRecorder, EngineRecorders, GaugeRecorder, HistogramRecorder,
     KvPagesRecorder, PrefixCacheRecorder, STEP_SPAN_TARGET, StepRecorder, TRANSFER_SPAN_TARGET,
