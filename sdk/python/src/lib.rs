@@ -89,6 +89,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<engine::PyGaugeRecorder>()?;
     m.add_class::<engine::PyConductorRequestsRecorder>()?;
     m.add_function(wrap_pyfunction!(states::register_states, m)?)?;
+    m.add_function(wrap_pyfunction!(tracker::call_in_state, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::init, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::flush, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::shutdown, m)?)?;

@@ -351,3 +351,32 @@ impl StateScope {
         })
     }
 }
+
+/// Calls `func(*args, **kwargs)` in `state` with `operation` on `tracker`: what
+/// `@track_state` does for a plain function, without a scope object or the `with`
+/// protocol (the two bound methods and calls every context manager costs). The state
+/// opens before the call and closes after it, whether it returns or raises (the
+/// exception goes on unchanged); with traces on, a span covers it as a scope's does.
+#[pyfunction]
+pub(crate) fn call_in_state<'py>(
+    tracker: &Bound<'py, PyTracker>,
+    state: &Bound<'py, PyAny>,
+    operation: &Bound<'py, PyString>,
+    func: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = tracker.py();
+    let state = state_arg(state)?;
+    let tracker = &tracker.get().inner;
+    let (span, id) = {
+        let op = operation.to_str()?;
+        let span = traces::state_span(py, state, op);
+        (span, tracker.open_scope(state, op))
+    };
+    let kwargs = kwargs.filter(|k| !k.is_empty());
+    let result = func.call(args, kwargs);
+    tracker.close_scope(id);
+    traces::end(py, span);
+    result
+}

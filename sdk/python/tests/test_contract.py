@@ -70,6 +70,63 @@ def test_an_exception_closes_the_scope():
     assert current() == (AppState.IDLE, 'contract')
 
 
+class Model:
+    """A class whose methods are decorated (module level, so pickle finds them)."""
+
+    def __init__(self, scale):
+        self.scale = scale
+
+    @track_state(AppState.GPU, 'forward')
+    def forward(self, x, *, bias=0):
+        """Scales x."""
+        return self.scale * x + bias, current()
+
+
+@track_state(AppState.CPU)
+def countdown(n):
+    """Recursion: each call nests its own scope in the same state."""
+    if n == 0:
+        return [current()]
+    return [current(), *countdown(n - 1)]
+
+
+@track_state(AppState.IO, 'fails')
+def fails(error):
+    raise error
+
+
+def test_a_decorated_function_is_a_function_in_its_state_for_its_call():
+    import inspect
+    import pickle
+
+    # In the state for the call, with its arguments (keywords included) and its
+    # result; bound as a method like any function.
+    model = Model(3)
+    assert model.forward(2, bias=1) == (7, (AppState.GPU, 'forward'))
+    assert current() == (AppState.IDLE, 'contract')
+    assert countdown(2) == [(AppState.CPU, 'countdown')] * 3
+    assert current() == (AppState.IDLE, 'contract')
+
+    # Still a plain Python function: named, documented, introspectable, pickled by
+    # reference.
+    assert inspect.isfunction(Model.forward) and inspect.isfunction(countdown)
+    assert Model.forward.__name__ == 'forward' and Model.forward.__doc__ == 'Scales x.'
+    assert str(inspect.signature(Model.forward)) == '(self, x, *, bias=0)'
+    assert pickle.loads(pickle.dumps(countdown)) is countdown
+
+    # An exception leaves unchanged (the same object, its frame in the traceback), the
+    # state closed, and the time counted.
+    before = totals(state_tracker.snapshot()[0]).get(('io', 'fails'), 0.0)
+    error = KeyError('x')
+    with pytest.raises(KeyError) as raised:
+        fails(error)
+    assert raised.value is error
+    assert raised.traceback[-1].name == 'fails'
+    assert current() == (AppState.IDLE, 'contract')
+    assert totals(state_tracker.snapshot()[0])[('io', 'fails')] > before
+    assert_sums_to_wall_time()
+
+
 def test_a_scope_object_can_be_entered_again_and_nested():
     scope = state_tracker.scope(AppState.IO, 'again')
     with scope:

@@ -1,8 +1,10 @@
 """Type stubs of the native core (Rust, PyO3). Not a stable API: use the package."""
 
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 from typing import TypeAlias
+from typing import TypeVar
 from typing import final
 
 from typing_extensions import Self
@@ -11,6 +13,8 @@ from typing_extensions import disjoint_base
 from higgsmeter.lab import Sample
 from higgsmeter.lab import SessionCounters
 from higgsmeter.tracker import AppState
+
+_T = TypeVar('_T')
 
 __all__ = [
     'ACTIVITY_HELP',
@@ -43,6 +47,7 @@ __all__ = [
     'StepRecorder',
     'Tracker',
     'TransferRecorder',
+    'call_in_state',
     'engine_families',
     'flush',
     'forget_after_fork',
@@ -194,6 +199,18 @@ class SessionExport:
         no pipeline exports metrics."""
     def publish(self, c: SessionCounters) -> None:
         """Makes ``c``'s fields what the next export reports."""
+
+def call_in_state(
+    tracker: Tracker,
+    state: AppState,
+    operation: str,
+    func: Callable[..., _T],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+) -> _T:
+    """Calls ``func(*args, **kwargs)`` in ``state`` with ``operation`` on ``tracker``
+    (``@track_state`` on a plain function): the state opens before the call and closes
+    after it, whether it returns or raises."""
 
 def session_apply(c: SessionCounters, s: Sample, elapsed: int, seen: list[str]) -> bool:
     """Applies sample ``s`` to the ``SessionCounters`` dataclass ``c`` with the Rust

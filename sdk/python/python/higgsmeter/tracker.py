@@ -217,9 +217,14 @@ def _forwarded(name: str) -> property:
 # Everything else the tracker has, forwarded (as the seed's proxy forwarded it): one
 # property per name, not a __getattr__ (see _bind).
 for _name in dir(StateTracker):
-    if not _name.startswith('__') and _name not in vars(_GlobalTracker) and _name not in (
-        'scope',
-        'set_state',
+    if (
+        not _name.startswith('__')
+        and _name not in vars(_GlobalTracker)
+        and _name
+        not in (
+            'scope',
+            'set_state',
+        )
     ):
         setattr(_GlobalTracker, _name, _forwarded(_name))
 del _name
@@ -330,10 +335,15 @@ def track_state(state: AppState, operation: str | None = None):
 
             return gen_wrapper
 
+        call_in_state = _core.call_in_state
+
+        # A plain function stays a plain Python function (pickled by reference,
+        # introspected, bound as a method as before); its call goes through one Rust
+        # call that opens the state, calls it and closes the state, with no scope
+        # object or `with` in between.
         @functools.wraps(func)
         def sync_wrapper(*args, **kwargs):
-            with state_tracker.scope(state, op):
-                return func(*args, **kwargs)
+            return call_in_state(state_tracker._tracker, state, op, func, args, kwargs)
 
         return sync_wrapper
 
