@@ -215,17 +215,11 @@ def _forwarded(name: str) -> property:
 
 
 # Everything else the tracker has, forwarded (as the seed's proxy forwarded it): one
-# property per name, not a __getattr__ (see _bind).
+# property per name, not a __getattr__ (see _bind); the hot paths are instance
+# attributes that _bind sets.
+_HOT_PATHS = ('scope', 'set_state')
 for _name in dir(StateTracker):
-    if (
-        not _name.startswith('__')
-        and _name not in vars(_GlobalTracker)
-        and _name
-        not in (
-            'scope',
-            'set_state',
-        )
-    ):
+    if not _name.startswith('__') and _name not in vars(_GlobalTracker) and _name not in _HOT_PATHS:
         setattr(_GlobalTracker, _name, _forwarded(_name))
 del _name
 
