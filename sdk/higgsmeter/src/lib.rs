@@ -196,7 +196,7 @@ pub use settings::Protocol;
 pub use span::{OPERATION_FIELD, STATE_FIELD, STATE_SPAN_TARGET, TRACKER_FIELD};
 pub use state::AppState;
 #[cfg(feature = "sdk")]
-pub use telemetry::{Telemetry, TelemetryBuilder, init};
+pub use telemetry::{Exports, Telemetry, TelemetryBuilder, init};
 #[cfg(feature = "traces")]
 pub use traces::{TraceCounts, TraceLayer};
 pub use tracker::{

@@ -117,6 +117,8 @@ impl TlsFiles {
 pub(crate) struct Requests {
     /// `service.name`.
     pub(crate) service_name: Option<String>,
+    /// `service.name` when neither this builder nor the environment names one.
+    pub(crate) default_service_name: Option<String>,
     /// Resource attributes that win over the environment's and the defaults.
     pub(crate) attributes: Vec<KeyValue>,
     /// The OTLP base endpoint (metrics; traces fall back on it).
@@ -143,6 +145,7 @@ impl Default for Requests {
     fn default() -> Self {
         Requests {
             service_name: None,
+            default_service_name: None,
             attributes: Vec::new(),
             otlp_endpoint: None,
             otlp_protocol: None,
@@ -394,6 +397,7 @@ fn resource(r: &Requests, read: bool) -> Result<Resource, Error> {
                 .get(&opentelemetry::Key::from_static_str("service.name"))
                 .map(|v| v.to_string())
         })
+        .or_else(|| r.default_service_name.clone())
         .unwrap_or_else(exe_name);
     Ok(Resource::builder_empty()
         .with_attributes(
@@ -521,6 +525,25 @@ mod tests {
             http_metrics_url("http://h:4318/custom/path"),
             "http://h:4318/custom/path"
         );
+    }
+
+    #[test]
+    fn the_default_service_name_yields_to_every_named_one() {
+        let service = |r: &Requests| {
+            resource(r, false)
+                .expect("a resource")
+                .get(&opentelemetry::Key::from_static_str("service.name"))
+                .map(|v| v.to_string())
+        };
+        let mut r = Requests {
+            read_env: false,
+            ..Requests::default()
+        };
+        assert_eq!(service(&r), Some(exe_name()));
+        r.default_service_name = Some("train".into());
+        assert_eq!(service(&r).as_deref(), Some("train"));
+        r.service_name = Some("named".into());
+        assert_eq!(service(&r).as_deref(), Some("named"));
     }
 
     #[test]

@@ -31,6 +31,17 @@ mod nvml;
 #[cfg(feature = "traces")]
 mod traces;
 
+/// What a [`TelemetryBuilder`] would export ([`TelemetryBuilder::exports`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Exports {
+    /// The OTLP metric push (an endpoint is set).
+    pub otlp: bool,
+    /// The in-process Prometheus endpoint (`HIGGSMETER_PROMETHEUS_ADDR` or the setter).
+    pub prometheus: bool,
+    /// The trace pipeline (`OTEL_TRACES_EXPORTER=otlp` or the setter).
+    pub traces: bool,
+}
+
 /// Configures and starts higgsmeter's OpenTelemetry pipeline; see [`init()`].
 ///
 /// ```no_run
@@ -97,6 +108,34 @@ impl TelemetryBuilder {
     pub fn with_service_name(mut self, name: impl Into<String>) -> Self {
         self.requests.service_name = Some(name.into());
         self
+    }
+
+    /// `service.name` when neither [`with_service_name`](Self::with_service_name) nor
+    /// the environment (`OTEL_SERVICE_NAME`, `service.name` in
+    /// `OTEL_RESOURCE_ATTRIBUTES`) names the service, instead of the executable's name
+    /// (the Python package passes the script's name: every Python worker's executable
+    /// is `python`).
+    pub fn with_default_service_name(mut self, name: impl Into<String>) -> Self {
+        self.requests.default_service_name = Some(name.into());
+        self
+    }
+
+    /// What [`init`](Self::init) would export, from these settings and the environment,
+    /// without starting anything: the caller decides from it whether to start at all
+    /// (the Python package tracks every rank when there is somewhere to aggregate).
+    /// `OTEL_SDK_DISABLED=true` is nothing exported.
+    ///
+    /// # Errors
+    ///
+    /// A setting `init()` would refuse, with the same error.
+    pub fn exports(&self) -> Result<Exports, Error> {
+        let resolved = self.requests.resolve()?;
+        let on = !resolved.disabled;
+        Ok(Exports {
+            otlp: on && resolved.otlp.is_some(),
+            prometheus: on && resolved.prometheus_addr.is_some(),
+            traces: on && resolved.traces.is_some(),
+        })
     }
 
     /// Adds a resource attribute (wins over `OTEL_RESOURCE_ATTRIBUTES` and the defaults).
@@ -513,6 +552,22 @@ mod tests {
             .with_subscriber(false)
             .with_global_meter_provider(false)
             .with_gpu_meter(false)
+    }
+
+    #[test]
+    fn exports_says_what_init_would_start_without_starting_it() {
+        assert_eq!(quiet().exports().unwrap(), Exports::default());
+        let both = quiet()
+            .with_otlp_endpoint("http://127.0.0.1:9")
+            .with_prometheus_addr("127.0.0.1:0".parse().unwrap());
+        let exports = both.exports().unwrap();
+        assert!(
+            exports.otlp && exports.prometheus && !exports.traces,
+            "{exports:?}"
+        );
+        // Nothing started: the same builder still starts (its port 0 not yet taken).
+        let telemetry = both.init().unwrap();
+        assert!(telemetry.prometheus_addr().is_some());
     }
 
     #[test]

@@ -91,6 +91,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(states::register_states, m)?)?;
     m.add_function(wrap_pyfunction!(tracker::call_in_state, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::init, m)?)?;
+    m.add_function(wrap_pyfunction!(pipeline::configured_exports, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::flush, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::running, m)?)?;

@@ -28,6 +28,21 @@ fn telemetry() -> std::sync::MutexGuard<'static, Option<Shared>> {
     TELEMETRY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What the pipeline would export, from the environment, without starting anything:
+/// `{"otlp": bool, "prometheus": bool, "traces": bool}` (all false with
+/// `OTEL_SDK_DISABLED=true`). A bad setting raises `ConfigError`, as `init` would.
+#[pyfunction]
+pub(crate) fn configured_exports(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let exports = Telemetry::builder()
+        .exports()
+        .map_err(|e| ConfigError::new_err(e.to_string()))?;
+    let out = PyDict::new(py);
+    out.set_item("otlp", exports.otlp)?;
+    out.set_item("prometheus", exports.prometheus)?;
+    out.set_item("traces", exports.traces)?;
+    Ok(out)
+}
+
 /// Starts the pipeline for `tracker` from the environment (the Rust SDK's variables: `OTEL_*`,
 /// `HIGGSMETER_PROMETHEUS_ADDR`, `RANK`, …) unless it runs already. `rank`, when
 /// given, is the `rank` resource attribute (else `RANK`); `service_name` is used when
@@ -57,7 +72,7 @@ pub(crate) fn init<'py>(
                     b = b.with_resource_attribute("rank", rank);
                 }
                 if let Some(name) = &service_name {
-                    b = b.with_service_name(name.clone());
+                    b = b.with_default_service_name(name.clone());
                 }
                 b
             };
@@ -89,7 +104,8 @@ pub(crate) fn init<'py>(
     let current = telemetry().clone();
     let info = PyDict::new(py);
     if let Some(t) = current.as_ref().map(lock) {
-        info.set_item("otlp", t.meter_provider().is_some() && otlp_configured())?;
+        let otlp = Telemetry::builder().exports().is_ok_and(|e| e.otlp);
+        info.set_item("otlp", t.meter_provider().is_some() && otlp)?;
         info.set_item(
             "prometheus_addr",
             t.prometheus_addr().map(|a| a.to_string()),
@@ -99,15 +115,6 @@ pub(crate) fn init<'py>(
     }
     info.set_item("started", started)?;
     Ok(info)
-}
-
-fn otlp_configured() -> bool {
-    [
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    ]
-    .iter()
-    .any(|v| std::env::var(v).is_ok_and(|v| !v.trim().is_empty()))
 }
 
 fn warn(py: Python<'_>, message: &str) {

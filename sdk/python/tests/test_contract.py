@@ -397,6 +397,30 @@ def test_the_rust_prometheus_endpoint(run_python):
     assert [v for (name, _), v in values.items() if name == 'worker_current_state'] == [3]
 
 
+@pytest.mark.parametrize(
+    ('env', 'service'),
+    [
+        ({}, 'snippet'),  # the script's name (run_python writes snippet.py)
+        ({'OTEL_SERVICE_NAME': 'named'}, 'named'),
+        ({'OTEL_RESOURCE_ATTRIBUTES': 'service.name=attributed,team=ml'}, 'attributed'),
+    ],
+)
+def test_the_service_is_the_scripts_unless_the_environment_names_one(run_python, env, service):
+    out = run_python(
+        """
+        import urllib.request
+        from higgsmeter import enable_tracker, state_tracker
+        enable_tracker()
+        addr = state_tracker.pipeline['prometheus_addr']
+        print(urllib.request.urlopen(f'http://{addr}/metrics', timeout=10).read().decode())
+        """,
+        env={'HIGGSMETER_PROMETHEUS_ADDR': '127.0.0.1:0', **env},
+    )
+    assert out.returncode == 0, out.stderr
+    (info,) = [s for s in client_samples(out.stdout) if s.name == 'target_info']
+    assert info.labels['service_name'] == service, info.labels
+
+
 def test_counting_starts_at_enable_tracker_and_ends_at_finalize():
     """The seed's clock origin and end, in a fresh interpreter: import, sleep, enable,
     work, finalize, sleep, read. Nothing before enable_tracker or after finalize is

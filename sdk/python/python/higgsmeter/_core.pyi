@@ -48,6 +48,7 @@ __all__ = [
     'Tracker',
     'TransferRecorder',
     'call_in_state',
+    'configured_exports',
     'engine_families',
     'flush',
     'forget_after_fork',
@@ -199,6 +200,10 @@ class SessionExport:
         no pipeline exports metrics."""
     def publish(self, c: SessionCounters) -> None:
         """Makes ``c``'s fields what the next export reports."""
+
+def configured_exports() -> dict[str, bool]:
+    """What the pipeline would export (``otlp``, ``prometheus``, ``traces``), from the
+    environment, without starting anything; ``ConfigError`` on a bad setting."""
 
 def call_in_state(
     tracker: Tracker,

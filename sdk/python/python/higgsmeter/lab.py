@@ -31,7 +31,6 @@ number) takes the seed's own Python code instead, so every sample gets the seed'
 result, or the seed's exception after the same partial update.
 """
 
-import os
 import threading
 import weakref
 from dataclasses import dataclass
@@ -144,13 +143,13 @@ def export(c: SessionCounters) -> bool:
     a bad setting raises ``ConfigError``. The counters stay plain dataclasses: the
     export reads them, it never changes them.
     """
-    from higgsmeter.tracker import _otlp_configured
+    from higgsmeter.tracker import _configured_exports
     from higgsmeter.tracker import state_tracker
 
-    if state_tracker.pipeline is None and not (
-        _otlp_configured() or os.environ.get('HIGGSMETER_PROMETHEUS_ADDR', '').strip()
-    ):
-        return False  # nothing to export to: no pipeline started for nothing
+    if state_tracker.pipeline is None:
+        exports = _configured_exports()
+        if not (exports['otlp'] or exports['prometheus']):
+            return False  # nothing to export to: no pipeline started for nothing
     info = state_tracker.start_pipeline()
     if not (info.get('otlp') or info.get('prometheus_addr')):
         return False

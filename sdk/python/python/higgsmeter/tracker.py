@@ -98,26 +98,30 @@ class StateTracker(_core.Tracker):
         )
 
 
+def _configured_exports() -> dict:
+    """What the pipeline would export (the Rust SDK reads the environment: ``otlp``,
+    ``prometheus``, ``traces``). A bad setting counts as OTLP configured, so that
+    ``enable_tracker`` starts the pipeline and raises its ``ConfigError`` on every rank."""
+    try:
+        return _core.configured_exports()
+    except _core.ConfigError:
+        return {'otlp': True, 'prometheus': False, 'traces': False}
+
+
 def _otlp_configured() -> bool:
     """Whether there is somewhere to aggregate: an OTLP endpoint, export not disabled."""
-    if os.environ.get('OTEL_SDK_DISABLED', '').strip().lower() == 'true':
-        return False
-    return any(
-        os.environ.get(v, '').strip()
-        for v in ('OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_METRICS_ENDPOINT')
-    )
+    return bool(_configured_exports()['otlp'])
 
 
 def _flag(name: str) -> bool:
+    # HIGGSMETER_GPU_METER is the Python package's own switch (the Rust SDK's init()
+    # takes the meter as a setting, on by default there).
     return os.environ.get(name, '').strip().lower() in ('1', 'true', 'yes', 'on')
 
 
-def _service_name() -> str | None:
-    """The script's name, unless the environment names the service."""
-    if os.environ.get('OTEL_SERVICE_NAME', '').strip():
-        return None
-    if 'service.name=' in os.environ.get('OTEL_RESOURCE_ATTRIBUTES', ''):
-        return None
+def _script_name() -> str:
+    """The script's name: the service's name unless the environment names one (the
+    Rust SDK decides; every Python worker's executable is ``python``)."""
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ''
     name = os.path.splitext(os.path.basename(argv0))[0]
     return name if name and name not in ('-c', '-m', '') else 'python'
@@ -163,7 +167,7 @@ class _GlobalTracker:
             if gpu_meter is None:
                 gpu_meter = _flag('HIGGSMETER_GPU_METER')
             self.pipeline = _core.init(
-                self._tracker, rank=rank, service_name=_service_name(), gpu_meter=gpu_meter
+                self._tracker, rank=rank, service_name=_script_name(), gpu_meter=gpu_meter
             )
             self._rank = rank
             atexit.register(_core.shutdown)
