@@ -3,6 +3,8 @@ exported through the OTLP pipeline to a real collector: after the process exits,
 collector's session families equal the counters the process printed (the Rust counters'
 path and the seed's own fallback path alike), and the agent is no worker."""
 
+import time
+
 from support import clean_env
 from support import collector_running
 from support import run_python
@@ -50,8 +52,16 @@ def test_exported_counters_reach_the_collector_exactly(tmp_path):
         c = __import__('json').loads(out.stdout.strip().splitlines()[-1])
         assert c['sample_count'] == 4 and c['training_final_loss'] == 0.25, c
 
-        # The last export happens at exit: the collector has it once the process ended.
-        sources = [s for s in collector.scrape('/metrics/sources') if s.label('job') == 'lab-agent']
+        # The last export happens at exit; read until the collector shows it (bounded).
+        deadline = time.monotonic() + 15
+        while True:
+            sources = [
+                s for s in collector.scrape('/metrics/sources') if s.label('job') == 'lab-agent'
+            ]
+            samples = [s.value for s in sources if s.name == 'session_samples_total']
+            if samples == [c['sample_count']] or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
 
         def value(name, **labels):
             found = [
