@@ -334,6 +334,36 @@ def collector_running(start_timeout: float = 60.0):
             collector.close()
 
 
+def wait_for(read, done, timeout: float = 15.0, interval: float = 0.1):
+    """Calls ``read()`` until ``done(value)`` holds or ``timeout`` seconds pass; returns
+    the last value (the caller's assertions say what was missing)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def settle(collector, ready, names=None, timeout: float = 15.0):
+    """Scrapes the collector's two views (``/metrics``, ``/metrics/sources``) until
+    ``ready(fleet, sources)`` holds and two scrapes in a row agree (on the families in
+    ``names``, or on all), or ``timeout`` seconds pass; returns the last scrape of each."""
+    deadline = time.monotonic() + timeout
+    previous = None
+    while True:
+        fleet, sources = collector.scrape('/metrics'), collector.scrape('/metrics/sources')
+        view = sorted(
+            (s.name, tuple(sorted(s.labels.items())), s.value)
+            for s in fleet + sources
+            if names is None or s.name in names
+        )
+        if (ready(fleet, sources) and view == previous) or time.monotonic() > deadline:
+            return fleet, sources
+        previous = view
+        time.sleep(0.25)
+
+
 def http_get(url: str, timeout: float = 5.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.read().decode('utf-8')

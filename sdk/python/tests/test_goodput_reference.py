@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from collections import defaultdict
 from pathlib import Path
@@ -30,7 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support import collector_running
+from support import http_get
 from support import repo_root
+from support import wait_for
 
 T0 = 1_700_000_000.0
 STEP = 2.0
@@ -204,16 +205,15 @@ def test_the_job_view_agrees_with_ml_goodput_measurement():
                 {'higgsmeter_job_step': 30, 'higgsmeter_job_restored_step': 20},
             ),
         )
-        deadline = time.monotonic() + 15
-        while True:
-            jobs = json.loads(
-                urllib.request.urlopen(f'http://{collector.prometheus}/api/jobs', timeout=5).read()
-            )
-            ours = next((j for j in jobs['jobs'] if j['job_id'] == JOB), None)
-            if ours and len(ours['ranks'][0]['incarnations']) == 2:
-                break
-            assert time.monotonic() < deadline, jobs
-            time.sleep(0.2)
+
+        def ours_now():
+            jobs = json.loads(http_get(f'http://{collector.prometheus}/api/jobs'))
+            return next((j for j in jobs['jobs'] if j['job_id'] == JOB), None), jobs
+
+        ours, jobs = wait_for(
+            ours_now, lambda now: now[0] and len(now[0]['ranks'][0]['incarnations']) == 2
+        )
+        assert ours and len(ours['ranks'][0]['incarnations']) == 2, jobs
     bad = ours['badput_seconds']
     refbad = ref['badput']
 

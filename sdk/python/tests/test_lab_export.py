@@ -3,11 +3,10 @@ exported through the OTLP pipeline to a real collector: after the process exits,
 collector's session families equal the counters the process printed (the Rust counters'
 path and the seed's own fallback path alike), and the agent is no worker."""
 
-import time
-
 from support import clean_env
 from support import collector_running
 from support import run_python
+from support import wait_for
 
 SNIPPET = """
 import json
@@ -53,15 +52,14 @@ def test_exported_counters_reach_the_collector_exactly(tmp_path):
         assert c['sample_count'] == 4 and c['training_final_loss'] == 0.25, c
 
         # The last export happens at exit; read until the collector shows it (bounded).
-        deadline = time.monotonic() + 15
-        while True:
-            sources = [
+        sources = wait_for(
+            lambda: [
                 s for s in collector.scrape('/metrics/sources') if s.label('job') == 'lab-agent'
-            ]
-            samples = [s.value for s in sources if s.name == 'session_samples_total']
-            if samples == [c['sample_count']] or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
+            ],
+            lambda now: (
+                [s.value for s in now if s.name == 'session_samples_total'] == [c['sample_count']]
+            ),
+        )
 
         def value(name, **labels):
             found = [

@@ -35,6 +35,7 @@ import pytest
 from support import Sample
 from support import clean_env
 from support import collector_running
+from support import settle
 from support import totals
 
 WORKER = Path(__file__).resolve().parent / 'rank_worker.py'
@@ -146,29 +147,6 @@ def key(s: Sample) -> tuple[str, str]:
     return (s.label('state'), s.label('operation'))
 
 
-def settle(collector, ready) -> tuple[list[Sample], list[Sample]]:
-    """Scrapes both views until ``ready(fleet, sources)`` holds and the workers' series
-    stop changing between two scrapes, or ``SETTLE_DEADLINE_S`` passes; returns the last
-    scrape of each."""
-    deadline = time.monotonic() + SETTLE_DEADLINE_S
-    previous = None
-    fleet = sources = []
-    while True:
-        fleet = collector.scrape('/metrics')
-        sources = collector.scrape('/metrics/sources')
-        view = sorted(
-            (s.name, tuple(sorted(s.labels.items())), s.value)
-            for s in fleet + sources
-            if s.name in (W, CURRENT)
-        )
-        if ready(fleet, sources) and view == previous:
-            return fleet, sources
-        previous = view
-        if time.monotonic() > deadline:
-            return fleet, sources
-        time.sleep(0.25)
-
-
 def ranks_present(want: set[str]):
     def ready(fleet, sources):
         got = {s.label('rank') for s in sources if s.name == W}
@@ -229,7 +207,9 @@ def test_ranks_fleet_sums_exact(protocol):
                 truth[k] += v
 
         want_ranks = {str(r) for r in RANKS}
-        fleet, sources = settle(collector, ranks_present(want_ranks))
+        fleet, sources = settle(
+            collector, ranks_present(want_ranks), (W, CURRENT), SETTLE_DEADLINE_S
+        )
 
         # Per-source view: one series set per rank, identity labels kept.
         src_w = [s for s in sources if s.name == W]
@@ -371,7 +351,7 @@ def test_seed_mode_rank1_with_endpoint_tracks():
         t = totals(r['entries'])
         probe = t.get(('gpu', 'seed_probe'), 0.0)
         assert probe > 0, t
-        _, sources = settle(collector, ranks_present({'1'}))
+        _, sources = settle(collector, ranks_present({'1'}), (W, CURRENT), SETTLE_DEADLINE_S)
         got = [s for s in sources if s.name == W and key(s) == ('gpu', 'seed_probe')]
         assert [s.label('rank') for s in got] == ['1'], got
         check_exact('/metrics/sources rank 1 gpu/seed_probe', got[0].value, probe)

@@ -19,7 +19,6 @@ import importlib.util
 import json
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from support import clean_env
 from support import collector_running
+from support import settle
 
 EXAMPLES = Path(__file__).resolve().parents[3] / 'examples' / 'python'
 W = 'worker_activity_time_seconds_total'
@@ -56,19 +56,6 @@ def run_example(name: str, args: list[str], env: dict[str, str]) -> list[dict]:
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith('{')]
 
 
-def settled(collector, ready):
-    """Scrapes both views until ``ready(fleet, sources)`` holds and two scrapes agree."""
-    deadline = time.monotonic() + SETTLE_DEADLINE_S
-    previous = None
-    while True:
-        fleet, sources = collector.scrape('/metrics'), collector.scrape('/metrics/sources')
-        view = sorted((s.name, sorted(s.labels.items()), s.value) for s in fleet + sources)
-        if (ready(fleet, sources) and view == previous) or time.monotonic() > deadline:
-            return fleet, sources
-        previous = view
-        time.sleep(0.25)
-
-
 def test_ddp_job_one_source_per_rank_and_the_fleet_is_their_sum():
     with collector_running() as collector:
         env = example_env(
@@ -94,7 +81,7 @@ def test_ddp_job_one_source_per_rank_and_the_fleet_is_their_sum():
         def ready(_fleet, sources):
             return {s.label('rank') for s in sources if s.name == W} == {'0', '1', '2'}
 
-        fleet, sources = settled(collector, ready)
+        fleet, sources = settle(collector, ready, timeout=SETTLE_DEADLINE_S)
         # One source per rank: the forked loader processes never tracked.
         instances = {s.label('instance') for s in sources if s.name == W}
         assert len(instances) == 3, instances
@@ -134,7 +121,7 @@ def test_serving_engine_steps_reach_the_collector_and_the_api_serves_the_catalog
         def ready(fleet, _sources):
             return count(fleet, 'mstar_step_seconds_count') >= made['steps']
 
-        fleet, _ = settled(collector, ready)
+        fleet, _ = settle(collector, ready, timeout=SETTLE_DEADLINE_S)
         assert count(fleet, 'mstar_step_seconds_count') == made['steps']
         assert count(fleet, 'mstar_batch_size_count') == made['steps']
         assert count(fleet, 'mstar_transfer_seconds_count') == made['transfers']
