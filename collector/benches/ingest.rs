@@ -456,22 +456,17 @@ fn gzip_levels(c: &mut Criterion) {
 
 /// The CPU time this process has used (`CLOCK_PROCESS_CPUTIME_ID`), all threads.
 fn process_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    #[allow(
-        unsafe_code,
-        reason = "clock_gettime writes only `ts`, valid for the call"
-    )]
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
 /// The CPU time this thread has used (`CLOCK_THREAD_CPUTIME_ID`): what a checkpoint
 /// costs its core, whatever the other processes on the machine do.
 fn thread_cpu() -> Duration {
+    cpu_time(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// A CPU-time clock's reading.
+fn cpu_time(clock: libc::clockid_t) -> Duration {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -480,8 +475,8 @@ fn thread_cpu() -> Duration {
         unsafe_code,
         reason = "clock_gettime writes only `ts`, valid for the call"
     )]
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime({clock})");
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 

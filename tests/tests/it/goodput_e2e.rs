@@ -109,6 +109,16 @@ fn jobs(collector: &CollectorProcess) -> serde_json::Value {
     serde_json::from_str(&collector.scrape("/api/jobs")).unwrap()
 }
 
+/// The first job's ranks in an `/api/jobs` document, each with its rank number.
+fn job_ranks(doc: &serde_json::Value) -> Vec<(u32, &serde_json::Value)> {
+    doc["jobs"][0]["ranks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| (r["rank"].as_str().unwrap().parse().unwrap(), r))
+        .collect()
+}
+
 #[test]
 fn a_crash_a_collector_restart_and_a_restore_add_up_within_one_percent() {
     let tmp = TempDir::new("e2e-goodput");
@@ -140,15 +150,11 @@ fn a_crash_a_collector_restart_and_a_restore_add_up_within_one_percent() {
     // The ledger reads every second: let it see every rank's last export.
     eventually(240, || {
         let doc = jobs(&collector);
-        let ranks = doc["jobs"][0]["ranks"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
+        let ranks = job_ranks(&doc);
         let done = ranks.len() == RANKS as usize
-            && ranks.iter().all(|r| {
+            && ranks.iter().all(|(n, r)| {
                 let inc = &r["incarnations"][0];
-                let want = &reports0[&r["rank"].as_str().unwrap().parse::<u32>().unwrap()];
-                let tracked: f64 = want.seconds.values().sum();
+                let tracked: f64 = reports0[n].seconds.values().sum();
                 (inc["tracked_seconds"].as_f64().unwrap_or(0.0) - tracked).abs() < 1e-6
             });
         if done { Ok(()) } else { Err(format!("{doc}")) }
@@ -196,14 +202,10 @@ fn a_crash_a_collector_restart_and_a_restore_add_up_within_one_percent() {
 
     let doc = eventually(240, || {
         let doc = jobs(&collector);
-        let ranks = doc["jobs"][0]["ranks"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
+        let ranks = job_ranks(&doc);
         let done = ranks.len() == RANKS as usize
-            && ranks.iter().all(|r| {
-                let n = r["rank"].as_str().unwrap().parse::<u32>().unwrap();
-                let tracked: f64 = reports1[&n].seconds.values().sum();
+            && ranks.iter().all(|(n, r)| {
+                let tracked: f64 = reports1[n].seconds.values().sum();
                 r["incarnations"].as_array().is_some_and(|i| i.len() == 2)
                     && (r["incarnations"][1]["tracked_seconds"]
                         .as_f64()

@@ -200,30 +200,22 @@ fn protobuf_decodes_to_the_families_and_samples_of_the_text() {
 /// protobuf keeps both with an explicit `+Inf` bucket.
 #[test]
 fn protobuf_keeps_a_count_that_differs_from_the_buckets() {
-    let mut rows = Rows::default();
-    rows.push_family(
-        "lat",
-        "Latency",
-        crate::views::rows::FamilyKind::Histogram,
-        2,
-    );
-    for (labels, count) in [("op=\"a\"", 9), ("op=\"b\"", 6)] {
-        let value = rows.hist(&std::sync::Arc::from([1.0, 5.0]), &[1, 2, 3], count, 20.0);
-        rows.push_row(labels, value);
-    }
-    let text = crate::views::exposition::encode(std::mem::take(&mut rows), Format::Text);
-    let mut rows = Rows::default();
-    rows.push_family(
-        "lat",
-        "Latency",
-        crate::views::rows::FamilyKind::Histogram,
-        2,
-    );
-    for (labels, count) in [("op=\"a\"", 9), ("op=\"b\"", 6)] {
-        let value = rows.hist(&std::sync::Arc::from([1.0, 5.0]), &[1, 2, 3], count, 20.0);
-        rows.push_row(labels, value);
-    }
-    let proto = decode_delimited(&crate::views::exposition_proto::encode(rows));
+    let rows = || {
+        let mut rows = Rows::default();
+        rows.push_family(
+            "lat",
+            "Latency",
+            crate::views::rows::FamilyKind::Histogram,
+            2,
+        );
+        for (labels, count) in [("op=\"a\"", 9), ("op=\"b\"", 6)] {
+            let value = rows.hist(&std::sync::Arc::from([1.0, 5.0]), &[1, 2, 3], count, 20.0);
+            rows.push_row(labels, value);
+        }
+        rows
+    };
+    let text = crate::views::exposition::encode(rows(), Format::Text);
+    let proto = decode_delimited(&crate::views::exposition_proto::encode(rows()));
     let buckets = |m: &opentelemetry_proto::prometheus_client::Metric| {
         let h = m.histogram.as_ref().expect("a histogram");
         (
