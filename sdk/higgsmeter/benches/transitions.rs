@@ -193,5 +193,21 @@ fn with_init_subscriber(c: &mut Criterion) {
     std::mem::forget(telemetry);
 }
 
-criterion_group!(benches, transitions, with_init_subscriber);
+/// One reading of the tracker's clock (`Clock::monotonic()`: the time-stamp counter,
+/// ADR 0022) against what it replaced (`Instant::elapsed` on an origin: `clock_gettime`
+/// and the conversions).
+fn clock(c: &mut Criterion) {
+    let mut group = c.benchmark_group("clock");
+    let tracker_clock = higgsmeter::Clock::monotonic();
+    group.bench_function("tracker_clock_now_nanos", |b| {
+        b.iter(|| black_box(tracker_clock.now_nanos()))
+    });
+    let origin = std::time::Instant::now();
+    group.bench_function("instant_elapsed_nanos", |b| {
+        b.iter(|| black_box(u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX)))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, transitions, with_init_subscriber, clock);
 criterion_main!(benches);

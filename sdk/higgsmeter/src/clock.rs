@@ -33,9 +33,9 @@ impl Clock {
 /// is invariant (x86-64's `rdtsc`, aarch64's system counter), scaled to nanoseconds by a
 /// calibration against `CLOCK_MONOTONIC` made once per process (under a millisecond
 /// usually, 200 ms at most); `CLOCK_MONOTONIC` itself elsewhere (the `quanta` crate
-/// decides). A transition reads it twice, so this is most of what separates a state
-/// scope from a bare `tracing` span: about 9 ns a read against 21 ns for
-/// `clock_gettime` on the benchmark machine.
+/// decides). A state scope reads it twice, and with `clock_gettime` those reads were
+/// most of what separated it from a bare `tracing` span: about 9 ns a read now against
+/// 24 ns before on the benchmark machine (`transitions` bench, group `clock`).
 ///
 /// The tracker's sums are exact against this clock whatever it is (every interval is
 /// one difference of two of its readings); against the system's clock they agree to
