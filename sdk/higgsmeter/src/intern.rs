@@ -9,7 +9,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 /// At most this many distinct operation names are kept.
 pub const MAX_OPERATIONS: usize = 4096;
@@ -37,6 +37,11 @@ struct Table {
 fn table() -> &'static RwLock<Table> {
     static TABLE: OnceLock<RwLock<Table>> = OnceLock::new();
     TABLE.get_or_init(|| {
+        // Exporter threads read it all the time: a child forked meanwhile must still
+        // be able to take it (see `fork`).
+        crate::fork::hold_across_fork(|| {
+            Box::new(table().write().unwrap_or_else(PoisonError::into_inner))
+        });
         let empty: Arc<str> = Arc::from("");
         let overflow: Arc<str> = Arc::from(OVERFLOW_OPERATION);
         let mut ids = HashMap::new();
@@ -98,11 +103,14 @@ pub(crate) fn intern(name: &str) -> OpId {
 
 #[cold]
 fn intern_slow(name: &str) -> (Arc<str>, OpId) {
-    let mut t = table().write().unwrap_or_else(|e| e.into_inner());
+    let mut t = table().write().unwrap_or_else(PoisonError::into_inner);
     if let Some((arc, id)) = t.ids.get_key_value(name) {
         return (arc.clone(), *id);
     }
     if t.names.len() >= MAX_OPERATIONS {
+        let overflow = (t.names[1].clone(), OpId(1));
+        // Warned with the table released: it is held only for short work (see `fork`).
+        drop(t);
         static WARNED: AtomicBool = AtomicBool::new(false);
         if !WARNED.swap(true, Ordering::Relaxed) {
             tracing::warn!(
@@ -113,7 +121,7 @@ fn intern_slow(name: &str) -> (Arc<str>, OpId) {
                  function or step name, never a request id)"
             );
         }
-        return (t.names[1].clone(), OpId(1));
+        return overflow;
     }
     let id = OpId(u32::try_from(t.names.len()).unwrap_or(1));
     let arc: Arc<str> = Arc::from(name);
@@ -124,7 +132,7 @@ fn intern_slow(name: &str) -> (Arc<str>, OpId) {
 
 /// The name of an interned id (`""` for an id this table never gave out).
 pub(crate) fn name(id: OpId) -> Arc<str> {
-    let t = table().read().unwrap_or_else(|e| e.into_inner());
+    let t = table().read().unwrap_or_else(PoisonError::into_inner);
     t.names
         .get(id.index())
         .cloned()

@@ -136,6 +136,7 @@
 mod clock;
 mod engine;
 mod error;
+pub mod fork;
 mod intern;
 pub mod job;
 mod layer;

@@ -291,6 +291,13 @@ impl TelemetryBuilder {
     /// Builds the pipeline and starts exporting; see [`init()`].
     pub fn init(self) -> Result<Telemetry, Error> {
         let resolved = self.requests.resolve()?;
+        // Before anything is built: where another subscriber is installed (another
+        // library's, or, in a forked child, the parent's), nothing is started and
+        // stopped again, and no second `tracing` dispatcher is made (that takes a
+        // process-wide lock of `tracing`'s).
+        if self.install_subscriber && tracing::dispatcher::has_been_set() {
+            return Err(Error::SubscriberAlreadySet);
+        }
         let tracker = self.tracker.clone();
         // The seed's clock origin: counting starts when tracking is set up.
         tracker.begin();

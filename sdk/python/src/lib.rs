@@ -96,6 +96,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipeline::shutdown, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::running, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::forget_after_fork, m)?)?;
+    pipeline::register_fork_handler();
     m.add_function(wrap_pyfunction!(engine::step, m)?)?;
     m.add_function(wrap_pyfunction!(engine::transfer, m)?)?;
     catalog::register(m)?;

@@ -2,7 +2,7 @@
 //! by `enable_tracker` on a tracking rank, flushed by `finalize()`, shut down at exit.
 
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use higgsmeter::Telemetry;
@@ -14,18 +14,28 @@ use crate::traces;
 use crate::tracker::PyTracker;
 
 /// The running pipeline, if `init` started one. The lock is held only to read or swap
-/// the slot (a flush works on a clone), so a `fork()` never finds it held for long.
+/// the slot (never while building a pipeline, flushing one, or taking the GIL), and
+/// every `fork()` takes it first (`register_fork_handler`), so a forked child always
+/// finds it free.
 static TELEMETRY: Mutex<Option<Shared>> = Mutex::new(None);
 
 /// The pipeline, shared with a flush in progress (the guard is `Send`, not `Sync`).
 type Shared = Arc<Mutex<Telemetry>>;
 
 fn lock(t: &Shared) -> std::sync::MutexGuard<'_, Telemetry> {
-    t.lock().unwrap_or_else(|e| e.into_inner())
+    t.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn telemetry() -> std::sync::MutexGuard<'static, Option<Shared>> {
-    TELEMETRY.lock().unwrap_or_else(|e| e.into_inner())
+    TELEMETRY.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Makes every `fork()` of this process hold the pipeline's slot across the fork (see
+/// `higgsmeter::fork`): a flush thread of the parent's may hold it at that instant.
+/// Called once, when the module is imported.
+pub(crate) fn register_fork_handler() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| higgsmeter::fork::hold_across_fork(|| Box::new(telemetry())));
 }
 
 /// What the pipeline would export, from the environment, without starting anything:
@@ -60,58 +70,80 @@ pub(crate) fn init<'py>(
     gpu_meter: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let mut started = false;
-    {
-        let mut slot = telemetry();
-        if slot.is_none() {
-            let make = || {
-                let mut b = Telemetry::builder()
-                    .with_tracker(tracker.inner.clone())
-                    .with_gpu_meter(gpu_meter)
-                    .with_resource_attribute("telemetry.sdk.language", "python");
-                if let Some(rank) = rank {
-                    b = b.with_resource_attribute("rank", rank);
-                }
-                if let Some(name) = &service_name {
-                    b = b.with_default_service_name(name.clone());
-                }
-                b
-            };
-            // Builds exporters, binds the Prometheus port, starts threads: without the GIL.
-            let built = py.detach(|| match make().init() {
-                // Another library of this process installed a global `tracing`
-                // subscriber: state time does not need one (Python scopes go to the
-                // tracker directly); step and transfer spans and traces do, and are off.
-                Err(higgsmeter::Error::SubscriberAlreadySet) => {
-                    make().with_subscriber(false).init().map(|t| (t, false))
-                }
-                other => other.map(|t| (t, true)),
-            });
-            let (t, subscriber) = built.map_err(|e| ConfigError::new_err(e.to_string()))?;
-            if !subscriber {
-                warn(
-                    py,
-                    "higgsmeter: a tracing subscriber is already installed in this process \
-                     (another library's, or the one of the process this one was forked \
-                     from); states are tracked and exported, but engine step/transfer \
-                     spans and traces are not recorded",
-                );
+    // Built with the slot released (the GIL is taken back before the slot is filled):
+    // callers serialize `init` (the Python tracker's lock); of two racing calls, the
+    // second's pipeline is shut down and the first's reported.
+    if telemetry().is_none() {
+        let make = || {
+            let mut b = Telemetry::builder()
+                .with_tracker(tracker.inner.clone())
+                .with_gpu_meter(gpu_meter)
+                .with_resource_attribute("telemetry.sdk.language", "python");
+            if let Some(rank) = rank {
+                b = b.with_resource_attribute("rank", rank);
             }
-            traces::set_on(subscriber && t.trace_counts().is_some());
-            *slot = Some(Arc::new(Mutex::new(t)));
-            started = true;
+            if let Some(name) = &service_name {
+                b = b.with_default_service_name(name.clone());
+            }
+            b
+        };
+        // Builds exporters, binds the Prometheus port, starts threads: without the GIL.
+        let built = py.detach(|| match make().init() {
+            // Another library of this process installed a global `tracing`
+            // subscriber: state time does not need one (Python scopes go to the
+            // tracker directly); step and transfer spans and traces do, and are off.
+            Err(higgsmeter::Error::SubscriberAlreadySet) => {
+                make().with_subscriber(false).init().map(|t| (t, false))
+            }
+            other => other.map(|t| (t, true)),
+        });
+        let (t, subscriber) = built.map_err(|e| ConfigError::new_err(e.to_string()))?;
+        let traces_on = subscriber && t.trace_counts().is_some();
+        let ours = Arc::new(Mutex::new(t));
+        let lost = {
+            let mut slot = telemetry();
+            if slot.is_none() {
+                *slot = Some(ours);
+                None
+            } else {
+                Some(ours)
+            }
+        };
+        match lost {
+            None => {
+                started = true;
+                traces::set_on(traces_on);
+                if !subscriber {
+                    warn(
+                        py,
+                        "higgsmeter: a tracing subscriber is already installed in this \
+                         process (another library's, or the one of the process this one \
+                         was forked from); states are tracked and exported, but engine \
+                         step/transfer spans and traces are not recorded",
+                    );
+                }
+            }
+            Some(ours) => py.detach(|| drop(ours)),
         }
     }
-    let current = telemetry().clone();
-    let info = PyDict::new(py);
-    if let Some(t) = current.as_ref().map(lock) {
+    // Read without the GIL: a flush in progress holds the pipeline.
+    let running = py.detach(|| {
+        let current = telemetry().clone()?;
+        let t = lock(&current);
         let otlp = Telemetry::builder().exports().is_ok_and(|e| e.otlp);
-        info.set_item("otlp", t.meter_provider().is_some() && otlp)?;
-        info.set_item(
-            "prometheus_addr",
+        Some((
+            t.meter_provider().is_some() && otlp,
             t.prometheus_addr().map(|a| a.to_string()),
-        )?;
-        info.set_item("traces", t.trace_counts().is_some())?;
-        info.set_item("gpu_meter", t.gpu_meter().is_some())?;
+            t.trace_counts().is_some(),
+            t.gpu_meter().is_some(),
+        ))
+    });
+    let info = PyDict::new(py);
+    if let Some((otlp, prometheus_addr, traces, gpu_meter)) = running {
+        info.set_item("otlp", otlp)?;
+        info.set_item("prometheus_addr", prometheus_addr)?;
+        info.set_item("traces", traces)?;
+        info.set_item("gpu_meter", gpu_meter)?;
     }
     info.set_item("started", started)?;
     Ok(info)
@@ -184,7 +216,8 @@ pub(crate) fn shutdown(py: Python<'_>, timeout: f64) -> bool {
 #[pyfunction]
 pub(crate) fn forget_after_fork() {
     traces::set_on(false);
-    // Held at the instant of the fork by a thread that does not exist here: leave it.
+    // Free: every fork takes it first (`register_fork_handler`); `try_lock` all the
+    // same, so that this can never wait.
     if let Ok(mut slot) = TELEMETRY.try_lock()
         && let Some(t) = slot.take()
     {

@@ -15,6 +15,8 @@ mod accounting;
 mod engine;
 #[cfg(all(feature = "otlp", feature = "prometheus"))]
 mod export;
+#[cfg(unix)]
+mod fork;
 #[cfg(all(feature = "otlp", feature = "prometheus"))]
 mod job;
 mod layering;
