@@ -4,15 +4,19 @@
 //! instant is copied held, and no thread of the child will ever release it: the first
 //! time the child takes it, the child hangs. Python workers fork all the time
 //! (`multiprocessing`, DataLoader workers, Ray, Gunicorn) while this crate's exporter
-//! threads read the process-wide operation table, so every lock of this crate (and of
-//! `higgsmeter-python`) that a child can reach is registered here: `fork()` first takes
-//! each of them (waiting for a holder to finish, as glibc does for `malloc`'s locks), the
-//! process forks with them held by the forking thread, and then both the parent and the
-//! child release them. The child's copy of what they guard is therefore whole too.
+//! threads read the process-wide table of operation names, so that table is registered
+//! here (and `higgsmeter-python` registers its pipeline's slot): `fork()` first takes
+//! each registered lock (waiting for a holder to finish, as glibc does for `malloc`'s
+//! locks), the process forks with them held by the forking thread, and then both the
+//! parent and the child release them. The child's copy of what they guard is whole.
+//!
+//! A [`Tracker`](crate::Tracker)'s own lock is not registered: a child records into a
+//! tracker of its own, as the Python package's does (its tracker is replaced in every
+//! child), not into one its parent's threads were recording into at the fork.
 //!
 //! A lock registered here must be held only for short work that never waits for
-//! another lock, the Python GIL included: the forking thread waits for it while it
-//! holds the GIL and its runtime's own fork locks.
+//! another lock (a registered one taken later included), nor for the Python GIL: the
+//! forking thread waits for it holding the GIL and the locks registered before it.
 //!
 //! On platforms without `fork()` registering does nothing.
 
