@@ -231,8 +231,41 @@ pub fn free_port() -> u16 {
     free_addr().port()
 }
 
-/// A free 127.0.0.1 address ([`free_port`]).
+/// A free 127.0.0.1 address ([`free_port`]), on a port outside the kernel's ephemeral
+/// range where there is room (below it, as Linux's default 32768-60999 leaves).
+///
+/// The kernel gives ports of that range to outgoing connections: a port taken from it
+/// and bound again later (a collector restarted on its address) may meanwhile be the
+/// source port of some connection (one to it included: with nothing listening, a
+/// connect to a port of the range can pick that very port and connect to itself), and
+/// stays taken through its `TIME_WAIT`. Ports outside it are only ever bound on purpose.
 pub fn free_addr() -> SocketAddr {
+    use std::hash::{BuildHasher as _, Hasher as _};
+    let (low, high) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut it = text.split_whitespace().map(|p| p.parse::<u16>().ok());
+            Some((it.next()??, it.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    let span = if low > 11_000 {
+        Some((10_000, low))
+    } else if high < 64_000 {
+        Some((high + 1, u16::MAX))
+    } else {
+        None
+    };
+    if let Some((from, to)) = span {
+        let random = std::collections::hash_map::RandomState::new();
+        for attempt in 0..200u64 {
+            let mut h = random.build_hasher();
+            h.write_u64(attempt);
+            let port = from + u16::try_from(h.finish() % u64::from(to - from)).unwrap_or(0);
+            if let Ok(addr) = TcpListener::bind(("127.0.0.1", port)).and_then(|l| l.local_addr()) {
+                return addr;
+            }
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("bind 127.0.0.1:0 for a free port")
@@ -332,5 +365,28 @@ impl Server {
     /// Whether the process still runs.
     pub fn is_running(&mut self) -> bool {
         self.process.try_wait().is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_free_port_is_bindable_and_outside_the_ephemeral_range() {
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .expect("Linux's ephemeral port range");
+        let bounds: Vec<u16> = range
+            .split_whitespace()
+            .map(|p| p.parse().expect("a port"))
+            .collect();
+        for _ in 0..20 {
+            let addr = free_addr();
+            assert!(
+                addr.port() < bounds[0] || addr.port() > bounds[1],
+                "{addr} is in the ephemeral range {bounds:?}"
+            );
+            TcpListener::bind(addr).unwrap_or_else(|e| panic!("bind {addr}: {e}"));
+        }
     }
 }
