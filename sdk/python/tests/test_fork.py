@@ -1,11 +1,12 @@
-"""fork(): a child never hangs on a lock the parent's threads held at the fork, never
-exports the parent's totals, and can start a pipeline of its own."""
+"""fork(): a child never hangs on a lock the parent's threads held at the fork (exporter
+threads resolving operation names, flushes holding the pipeline's slot), never exports
+the parent's totals, and can start a pipeline of its own."""
 
 CHILDREN = 20
 
 CODE = f"""
 import os, sys, threading, time
-from higgsmeter import AppState, enable_tracker, state_tracker
+from higgsmeter import AppState, _core, enable_tracker, state_tracker
 
 enable_tracker()
 stop = threading.Event()
@@ -15,7 +16,13 @@ def hammer():
         with state_tracker.scope(AppState.CPU, 'parent_hammer'):
             pass
 
+def flusher():
+    # Flush threads take the pipeline's slot (the GIL released meanwhile).
+    while not stop.is_set():
+        _core.flush(1.0)
+
 threads = [threading.Thread(target=hammer) for _ in range(2)]
+threads.append(threading.Thread(target=flusher))
 for t in threads:
     t.start()
 time.sleep(0.05)
