@@ -48,7 +48,8 @@ pub enum Error {
         reason: &'static str,
     },
 
-    /// A global `tracing` subscriber was already installed.
+    /// A global `tracing` subscriber was already installed. `init` checks this before
+    /// it builds anything: nothing was started.
     #[error(
         "a global tracing subscriber is already installed: build with \
          `Telemetry::builder().with_subscriber(false)` and add `telemetry.activity_layer()` \
